@@ -1,0 +1,713 @@
+//! A State API client over a Unix socket. Unary calls fail fast with a typed [`StateError`];
+//! watches reconnect forever with backoff and resume from their last bookmark, or relist and
+//! synthesize the missed events when the bookmark is gone, so a consumer never sees the gap.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use hyper_util::rt::TokioIo;
+use proto::state_client::StateClient;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{ErrorKind, Op, StateError};
+use crate::resource::{Metadata, Phase, RawResource, Resource, ResourceSpec};
+
+/// Largest message the client sends or accepts.
+pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// A connection to stated. Cheap to clone; reconnects by itself on the next call.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: StateClient<Channel>,
+    path: PathBuf,
+}
+
+/// Filters of List and kind watches.
+#[derive(Clone, Debug, Default)]
+pub struct Query {
+    /// OR of label queries (each an AND of terms); empty matches all.
+    pub labels: Vec<proto::LabelQuery>,
+    /// Regular expression on the ID (unanchored).
+    pub id_regexp: Option<String>,
+}
+
+impl Query {
+    /// Adds a query `key == value` (OR-ed with earlier queries).
+    #[must_use]
+    pub fn label_equal(mut self, key: &str, value: &str) -> Self {
+        self.labels.push(proto::LabelQuery {
+            terms: vec![proto::LabelTerm {
+                key: key.to_string(),
+                op: proto::label_term::Operation::Equal as i32,
+                value: vec![value.to_string()],
+                invert: false,
+            }],
+        });
+        self
+    }
+
+    /// Sets the ID regular expression.
+    #[must_use]
+    pub fn id_regexp(mut self, re: &str) -> Self {
+        self.id_regexp = Some(re.to_string());
+        self
+    }
+}
+
+/// What to watch and from where.
+#[derive(Clone, Debug, Default)]
+pub struct WatchSpec {
+    /// Namespace.
+    pub namespace: String,
+    /// Type.
+    pub r#type: String,
+    /// One resource (`Some`) or the whole kind (`None`).
+    pub id: Option<String>,
+    /// Kind watch: first send every matching resource, then `Bootstrapped`.
+    pub bootstrap: bool,
+    /// Kind watch: first send a `Noop` carrying the current bookmark.
+    pub bootstrap_bookmark: bool,
+    /// Replay up to this many past events.
+    pub tail_events: i32,
+    /// Resume after this bookmark.
+    pub start_from_bookmark: Option<Vec<u8>>,
+    /// Filters (kind watch only).
+    pub query: Query,
+}
+
+/// The kind of a watch event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// The resource appeared.
+    Created,
+    /// The resource changed.
+    Updated,
+    /// The resource is gone; the resource carries its last known metadata.
+    Destroyed,
+    /// The initial contents have all been sent.
+    Bootstrapped,
+    /// Nothing happened; carries a bookmark.
+    Noop,
+}
+
+/// One event of a watch.
+#[derive(Clone, Debug)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// The resource after the event (before it, for `Destroyed`).
+    pub resource: RawResource,
+    /// The resource before an update.
+    pub old: Option<RawResource>,
+    /// Where to resume after this event.
+    pub bookmark: Option<Vec<u8>>,
+}
+
+/// Events of a watch, in order. Ends with an error only when the watch cannot go on (bad request,
+/// access denied); transport failures and overruns are hidden by resume and relist.
+pub struct Watch {
+    rx: mpsc::Receiver<Result<Vec<Event>, StateError>>,
+    pending: std::collections::VecDeque<Event>,
+}
+
+impl Watch {
+    /// The next event; `None` when the watch ended after an error was returned.
+    pub async fn next(&mut self) -> Option<Result<Event, StateError>> {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                return Some(Ok(e));
+            }
+            match self.rx.recv().await? {
+                Ok(batch) => self.pending.extend(batch),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// The next batch of events as stated sent them together (at least one event).
+    pub async fn next_batch(&mut self) -> Option<Result<Vec<Event>, StateError>> {
+        if !self.pending.is_empty() {
+            return Some(Ok(self.pending.drain(..).collect()));
+        }
+        self.rx.recv().await
+    }
+}
+
+impl Client {
+    /// A client of the stated listening at `path`. Connects lazily: this fails only on a bad path.
+    pub fn new(path: impl AsRef<Path>) -> Result<Self, StateError> {
+        let path = path.as_ref().to_path_buf();
+        let p = path.clone();
+        let channel = Endpoint::from_static("http://stated.local")
+            .connect_timeout(Duration::from_secs(2))
+            .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+                let p = p.clone();
+                async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
+            }));
+        let inner = StateClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        Ok(Self { inner, path })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Gets one resource.
+    pub async fn get(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+    ) -> Result<RawResource, StateError> {
+        let resp = self
+            .inner
+            .clone()
+            .get(proto::GetRequest {
+                namespace: namespace.into(),
+                r#type: r#type.into(),
+                id: id.into(),
+                options: None,
+            })
+            .await
+            .map_err(|s| StateError::from_status(Op::Get, &s))?;
+        decode(resp.into_inner().resource)
+    }
+
+    /// Gets one typed resource from `namespace`.
+    pub async fn get_typed<S: ResourceSpec>(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Resource<S>, StateError> {
+        let raw = self.get(namespace, S::TYPE, id).await?;
+        Resource::from_raw(&raw).map_err(spec_error)
+    }
+
+    /// Lists resources of a kind, sorted by ID.
+    pub async fn list(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        query: &Query,
+    ) -> Result<Vec<RawResource>, StateError> {
+        let mut stream = self
+            .inner
+            .clone()
+            .list(proto::ListRequest {
+                namespace: namespace.into(),
+                r#type: r#type.into(),
+                options: Some(proto::ListOptions {
+                    label_query: query.labels.clone(),
+                    id_query: query
+                        .id_regexp
+                        .clone()
+                        .map(|regexp| proto::IdQuery { regexp }),
+                }),
+            })
+            .await
+            .map_err(|s| StateError::from_status(Op::List, &s))?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(item) = stream.next().await {
+            let item = item.map_err(|s| StateError::from_status(Op::List, &s))?;
+            out.push(decode(item.resource)?);
+        }
+        Ok(out)
+    }
+
+    /// Lists typed resources of `S` in `namespace`.
+    pub async fn list_typed<S: ResourceSpec>(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<Resource<S>>, StateError> {
+        self.list(namespace, S::TYPE, &Query::default())
+            .await?
+            .iter()
+            .map(|r| Resource::from_raw(r).map_err(spec_error))
+            .collect()
+    }
+
+    /// Creates a resource as `owner`; returns it as stored (version, timestamps).
+    pub async fn create(
+        &self,
+        resource: &RawResource,
+        owner: &str,
+    ) -> Result<RawResource, StateError> {
+        let resp = self
+            .inner
+            .clone()
+            .create(proto::CreateRequest {
+                resource: Some(resource.to_proto()),
+                options: Some(proto::CreateOptions {
+                    owner: owner.into(),
+                }),
+            })
+            .await
+            .map_err(|s| StateError::from_status(Op::Create, &s))?;
+        decode(resp.into_inner().resource)
+    }
+
+    /// Updates a resource as `owner`. `resource.metadata.version` must be the stored version.
+    /// `expected_phase`: `None` accepts any phase.
+    pub async fn update(
+        &self,
+        resource: &RawResource,
+        owner: &str,
+        expected_phase: Option<Phase>,
+    ) -> Result<RawResource, StateError> {
+        let resp = self
+            .inner
+            .clone()
+            .update(proto::UpdateRequest {
+                new_resource: Some(resource.to_proto()),
+                options: Some(proto::UpdateOptions {
+                    owner: owner.into(),
+                    expected_phase: expected_phase.map(|p| p.as_str().to_string()),
+                }),
+            })
+            .await
+            .map_err(|s| StateError::from_status(Op::Update, &s))?;
+        decode(resp.into_inner().resource)
+    }
+
+    /// Destroys a resource as `owner`.
+    pub async fn destroy(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+        owner: &str,
+    ) -> Result<(), StateError> {
+        self.inner
+            .clone()
+            .destroy(proto::DestroyRequest {
+                namespace: namespace.into(),
+                r#type: r#type.into(),
+                id: id.into(),
+                options: Some(proto::DestroyOptions {
+                    owner: owner.into(),
+                }),
+            })
+            .await
+            .map_err(|s| StateError::from_status(Op::Destroy, &s))?;
+        Ok(())
+    }
+
+    /// Marks a resource tearing down; returns whether it has no finalizers left.
+    pub async fn teardown(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+        owner: &str,
+    ) -> Result<bool, StateError> {
+        let resp = self
+            .inner
+            .clone()
+            .teardown(proto::TeardownRequest {
+                namespace: namespace.into(),
+                r#type: r#type.into(),
+                id: id.into(),
+                options: Some(proto::TeardownOptions {
+                    owner: owner.into(),
+                }),
+            })
+            .await
+            .map_err(|s| StateError::from_status(Op::Teardown, &s))?;
+        Ok(resp.into_inner().destroy_ready)
+    }
+
+    /// Tears a resource down and destroys it once its finalizers are gone (blocks until then).
+    pub async fn teardown_and_destroy(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+        owner: &str,
+    ) -> Result<(), StateError> {
+        self.inner
+            .clone()
+            .teardown_and_destroy(proto::TeardownAndDestroyRequest {
+                namespace: namespace.into(),
+                r#type: r#type.into(),
+                id: id.into(),
+                options: Some(proto::TeardownAndDestroyOptions {
+                    owner: owner.into(),
+                }),
+            })
+            .await
+            .map_err(|s| StateError::from_status(Op::Teardown, &s))?;
+        Ok(())
+    }
+
+    /// Adds a finalizer (any phase, any owner, as COSI's AddFinalizer).
+    pub async fn add_finalizer(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+        finalizer: &str,
+    ) -> Result<(), StateError> {
+        self.modify_finalizers(namespace, r#type, id, |f| f.insert(finalizer.to_string()))
+            .await
+    }
+
+    /// Removes a finalizer; a missing resource is not an error.
+    pub async fn remove_finalizer(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+        finalizer: &str,
+    ) -> Result<(), StateError> {
+        match self
+            .modify_finalizers(namespace, r#type, id, |f| f.remove(finalizer))
+            .await
+        {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn modify_finalizers(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+        f: impl Fn(&mut std::collections::BTreeSet<String>) -> bool,
+    ) -> Result<(), StateError> {
+        loop {
+            let mut cur = self.get(namespace, r#type, id).await?;
+            if !f(&mut cur.metadata.finalizers) {
+                return Ok(());
+            }
+            let owner = cur.metadata.owner.clone();
+            match self.update(&cur, &owner, None).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Conflict => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Starts a watch. Events arrive in order; the watch reconnects and resumes by itself.
+    pub fn watch(&self, spec: WatchSpec) -> Watch {
+        let (tx, rx) = mpsc::channel(64);
+        let client = self.clone();
+        tokio::spawn(async move { run_watch(client, spec, tx).await });
+        Watch {
+            rx,
+            pending: Default::default(),
+        }
+    }
+
+    async fn open(
+        &self,
+        spec: &WatchSpec,
+    ) -> Result<tonic::Streaming<proto::WatchResponse>, StateError> {
+        let req = proto::WatchRequest {
+            namespace: spec.namespace.clone(),
+            r#type: spec.r#type.clone(),
+            id: spec.id.clone(),
+            api_version: 1,
+            options: Some(proto::WatchOptions {
+                bootstrap_contents: spec.bootstrap,
+                tail_events: spec.tail_events,
+                label_query: spec.query.labels.clone(),
+                id_query: spec
+                    .query
+                    .id_regexp
+                    .clone()
+                    .map(|regexp| proto::IdQuery { regexp }),
+                aggregated: true,
+                start_from_bookmark: spec.start_from_bookmark.clone(),
+                bootstrap_bookmark: spec.bootstrap_bookmark,
+            }),
+        };
+        let mut stream = self
+            .inner
+            .clone()
+            .watch(req)
+            .await
+            .map_err(|s| StateError::from_status(Op::Watch, &s))?
+            .into_inner();
+        // The first, empty response says the watch is established (COSI's marker); errors of the
+        // setup (bad bookmark, bad filter) arrive instead of it.
+        match stream.message().await {
+            Ok(Some(r)) if r.event.is_empty() => Ok(stream),
+            Ok(Some(_)) => Err(StateError::new(
+                ErrorKind::Other,
+                "watch: no established marker",
+            )),
+            Ok(None) => Err(StateError::new(
+                ErrorKind::Unavailable,
+                "watch stream closed",
+            )),
+            Err(s) => Err(StateError::from_status(Op::Watch, &s)),
+        }
+    }
+}
+
+fn decode(r: Option<proto::Resource>) -> Result<RawResource, StateError> {
+    RawResource::from_proto(
+        r.ok_or_else(|| StateError::new(ErrorKind::Other, "response without resource"))?,
+    )
+}
+
+fn spec_error(e: crate::resource::SpecError) -> StateError {
+    StateError::new(
+        ErrorKind::InvalidArgument,
+        crate::error::Chain(&e).to_string(),
+    )
+}
+
+fn permanent(e: &StateError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::InvalidArgument
+            | ErrorKind::PermissionDenied
+            | ErrorKind::Unimplemented
+            | ErrorKind::NotFound
+    )
+}
+
+/// What the watch has delivered so far: enough to turn a relist into the events that were missed.
+#[derive(Default)]
+struct Seen {
+    versions: HashMap<String, (u64, Metadata)>,
+}
+
+impl Seen {
+    fn record(&mut self, e: &Event) {
+        match e.kind {
+            EventKind::Created | EventKind::Updated => {
+                self.versions.insert(
+                    e.resource.metadata.id.clone(),
+                    (e.resource.metadata.version, e.resource.metadata.clone()),
+                );
+            }
+            EventKind::Destroyed => {
+                self.versions.remove(&e.resource.metadata.id);
+            }
+            EventKind::Bootstrapped | EventKind::Noop => {}
+        }
+    }
+}
+
+fn convert(e: proto::Event) -> Result<Result<Event, String>, StateError> {
+    let kind = match proto::EventType::try_from(e.event_type) {
+        Ok(proto::EventType::Created) => EventKind::Created,
+        Ok(proto::EventType::Updated) => EventKind::Updated,
+        Ok(proto::EventType::Destroyed) => EventKind::Destroyed,
+        Ok(proto::EventType::Bootstrapped) => EventKind::Bootstrapped,
+        Ok(proto::EventType::Noop) => EventKind::Noop,
+        Ok(proto::EventType::Errored) | Err(_) => return Ok(Err(e.error.unwrap_or_default())),
+    };
+    let resource = match e.resource {
+        Some(r) => RawResource::from_proto(r)?,
+        None => RawResource::default(),
+    };
+    let old = e.old.map(RawResource::from_proto).transpose()?;
+    Ok(Ok(Event {
+        kind,
+        resource,
+        old,
+        bookmark: e.bookmark,
+    }))
+}
+
+async fn run_watch(
+    client: Client,
+    spec: WatchSpec,
+    tx: mpsc::Sender<Result<Vec<Event>, StateError>>,
+) {
+    let mut seen = Seen::default();
+    let mut bookmark: Option<Vec<u8>> = None;
+    let mut relisting = false;
+    let mut first = true;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let mut req = spec.clone();
+        if !first {
+            req.tail_events = 0;
+            req.bootstrap_bookmark = false;
+            if relisting {
+                req.start_from_bookmark = None;
+                req.bootstrap = req.id.is_none();
+            } else {
+                req.bootstrap = false;
+                req.start_from_bookmark = bookmark.clone();
+            }
+        }
+        let mut stream = match client.open(&req).await {
+            Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::InvalidBookmark && !first => {
+                tracing::debug!(r#type = %spec.r#type, "watch bookmark expired, relisting");
+                relisting = true;
+                continue;
+            }
+            Err(e) if permanent(&e) || first && e.kind() == ErrorKind::InvalidBookmark => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "watch: stated unavailable, retrying");
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        if !first && !relisting && bookmark.is_none() {
+            // Nothing delivered yet and no bookmark: the fresh request above is the right one.
+        }
+        let was_relisting = relisting;
+        first = false;
+        relisting = false;
+        backoff = Duration::from_millis(50);
+        // During a relist, the current contents are collected, then diffed against what was seen.
+        let mut relist: Option<Vec<RawResource>> = was_relisting.then(Vec::new);
+        loop {
+            let msg = tokio::select! {
+                m = stream.message() => m,
+                _ = tx.closed() => return,
+            };
+            let batch = match msg {
+                Ok(Some(resp)) => resp.event,
+                Ok(None) => break,
+                Err(s) => {
+                    let e = StateError::from_status(Op::Watch, &s);
+                    if permanent(&e) {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                    break;
+                }
+            };
+            let mut out = Vec::with_capacity(batch.len());
+            let mut errored = false;
+            for pe in batch {
+                let ev = match convert(pe) {
+                    Ok(Ok(ev)) => ev,
+                    Ok(Err(msg)) => {
+                        tracing::debug!(error = %msg, "watch errored, resuming");
+                        errored = true;
+                        break;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                if let Some(b) = &ev.bookmark {
+                    bookmark = Some(b.clone());
+                }
+                if let Some(list) = relist.as_mut() {
+                    match ev.kind {
+                        EventKind::Created if spec.id.is_none() => {
+                            list.push(ev.resource);
+                            continue;
+                        }
+                        EventKind::Bootstrapped => {
+                            out.extend(diff_relist(&mut seen, std::mem::take(list)));
+                            relist = None;
+                            continue;
+                        }
+                        _ if spec.id.is_some() => {
+                            // A single watch restarts with the current state as its first event.
+                            relist = None;
+                            let known = seen.versions.get(&ev.resource.metadata.id).map(|v| v.0);
+                            let skip = match ev.kind {
+                                EventKind::Created => known == Some(ev.resource.metadata.version),
+                                EventKind::Destroyed => known.is_none(),
+                                _ => false,
+                            };
+                            if skip {
+                                continue;
+                            }
+                            let mut ev = ev;
+                            if ev.kind == EventKind::Created && known.is_some() {
+                                ev.kind = EventKind::Updated;
+                            }
+                            seen.record(&ev);
+                            out.push(ev);
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
+                seen.record(&ev);
+                out.push(ev);
+            }
+            if !out.is_empty() && tx.send(Ok(out)).await.is_err() {
+                return;
+            }
+            if errored {
+                break;
+            }
+        }
+        if relist.is_some() {
+            // Cut during a relist: start the relist again.
+            relisting = true;
+        }
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+/// Turns the current contents after a relist into the events that bring a consumer from what it
+/// has seen to now.
+fn diff_relist(seen: &mut Seen, current: Vec<RawResource>) -> Vec<Event> {
+    let mut out = Vec::new();
+    let mut present = std::collections::HashSet::new();
+    for r in current {
+        present.insert(r.metadata.id.clone());
+        let kind = match seen.versions.get(&r.metadata.id) {
+            None => EventKind::Created,
+            Some((v, m)) if *v != r.metadata.version || !m.same_content(&r.metadata) => {
+                EventKind::Updated
+            }
+            Some(_) => continue,
+        };
+        out.push(Event {
+            kind,
+            resource: r,
+            old: None,
+            bookmark: None,
+        });
+    }
+    let gone: Vec<String> = seen
+        .versions
+        .keys()
+        .filter(|id| !present.contains(*id))
+        .cloned()
+        .collect();
+    for id in gone {
+        if let Some((_, md)) = seen.versions.remove(&id) {
+            out.push(Event {
+                kind: EventKind::Destroyed,
+                resource: RawResource {
+                    metadata: md,
+                    ..Default::default()
+                },
+                old: None,
+                bookmark: None,
+            });
+        }
+    }
+    for e in &out {
+        seen.record(e);
+    }
+    out
+}

@@ -1,0 +1,17 @@
+//! Compiles the .proto files with protox (pure Rust): no system `protoc` is needed.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "proto/v1alpha1/resource.proto",
+        "proto/v1alpha1/state.proto",
+        "proto/v1alpha1/meta.proto",
+    ];
+    for f in &files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    let fds = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

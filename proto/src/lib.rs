@@ -1,0 +1,16 @@
+//! The COSI State API (`cosi.resource.State`) as generated Rust types, wire-compatible with upstream
+//! COSI: same package, service, message names, field numbers and enum values.
+#![allow(missing_docs, clippy::all)]
+
+/// `cosi.resource`: resources, events and the State service.
+pub mod resource {
+    tonic::include_proto!("cosi.resource");
+
+    /// `cosi.resource.meta`: the spec messages of the meta namespace.
+    pub mod meta {
+        tonic::include_proto!("cosi.resource.meta");
+    }
+}
+
+pub use prost_types::Timestamp;
+pub use resource::*;
