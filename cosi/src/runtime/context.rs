@@ -1,0 +1,605 @@
+//! What a controller sees during a reconcile: reads of its inputs, writes of its outputs, and
+//! the tracker that tears down the outputs a cycle did not assert.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use crate::client::{Client, Query};
+use crate::error::{ErrorKind, StateError};
+use crate::resource::{Phase, Pointer, RawResource, Resource, ResourceSpec};
+use crate::runtime::controller::{Input, InputKind, Output};
+use crate::runtime::error::ReconcileError;
+
+/// How often a write is retried when another writer bumped the version in between.
+const MAX_WRITE_ATTEMPTS: usize = 16;
+
+/// A (namespace, type) pair.
+type Kind = (String, String);
+
+/// The controller's access to stated during a reconcile.
+///
+/// Every read is checked against the declared inputs and outputs, every write against the
+/// declared outputs; writes carry the controller name as owner. The context remembers which
+/// outputs the current cycle asserted (created, updated or found unchanged): after a successful
+/// cycle the runtime tears down and destroys the controller's other resources of its output
+/// types.
+pub struct Context {
+    client: Client,
+    name: &'static str,
+    inputs: Arc<[Input]>,
+    outputs: Arc<[Output]>,
+    /// Outputs asserted in this cycle.
+    asserted: HashSet<Pointer>,
+    /// Every (namespace, type) of an output written since the controller started.
+    written: BTreeSet<Kind>,
+    /// Kinds with an output left tearing down (finalizers) or an apply deferred until an old
+    /// resource of the same ID is gone.
+    pending: BTreeSet<Kind>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("controller", &self.name)
+            .field("asserted", &self.asserted.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub(crate) fn new(
+        client: Client,
+        name: &'static str,
+        inputs: Vec<Input>,
+        outputs: Vec<Output>,
+    ) -> Self {
+        Self {
+            client,
+            name,
+            inputs: inputs.into(),
+            outputs: outputs.into(),
+            asserted: HashSet::new(),
+            written: BTreeSet::new(),
+            pending: BTreeSet::new(),
+        }
+    }
+
+    /// The controller name: the owner of its outputs, and the usual finalizer string.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    // ---- reads -------------------------------------------------------------------------------
+
+    /// Gets a resource of `S`; `None` if it does not exist.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::NotAnInput`] if the resource is neither an input nor of an output type;
+    /// State and decode errors.
+    pub async fn get<S: ResourceSpec>(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<Option<Resource<S>>, ReconcileError> {
+        match self.get_raw(namespace, S::TYPE, id).await? {
+            Some(raw) => Ok(Some(Resource::from_raw(&raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Lists the resources of `S` in `namespace`, sorted by ID.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::NotAnInput`] if the kind is neither an input (for all IDs) nor an
+    /// output type; State and decode errors.
+    pub async fn list<S: ResourceSpec>(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<Resource<S>>, ReconcileError> {
+        self.list_raw(namespace, S::TYPE, &Query::default())
+            .await?
+            .iter()
+            .map(|r| Resource::from_raw(r).map_err(ReconcileError::from))
+            .collect()
+    }
+
+    /// Gets a resource with an opaque spec; `None` if it does not exist.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get).
+    pub async fn get_raw(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+    ) -> Result<Option<RawResource>, ReconcileError> {
+        self.check_read(namespace, r#type, Some(id))?;
+        match self.client.get(namespace, r#type, id).await {
+            Ok(r) => Ok(Some(r)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Lists resources with opaque specs, filtered by `query`, sorted by ID.
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](Self::list).
+    pub async fn list_raw(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        query: &Query,
+    ) -> Result<Vec<RawResource>, ReconcileError> {
+        self.check_read(namespace, r#type, None)?;
+        Ok(self.client.list(namespace, r#type, query).await?)
+    }
+
+    // ---- writes ------------------------------------------------------------------------------
+
+    /// Creates or updates an output so that it has this spec, labels and annotations, owned by
+    /// this controller, and marks it asserted for this cycle.
+    ///
+    /// Writes nothing when the stored resource already matches (its version does not move).
+    /// A resource owned by this controller from an earlier run is adopted (updated in place).
+    /// Finalizers others put on the resource are kept. A version conflict is retried.
+    /// If an old resource of this ID is still tearing down with finalizers, nothing is written
+    /// now and the runtime reconciles again once it can be replaced.
+    ///
+    /// Returns the resource as stored.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::NotAnOutput`] if `S` is not a declared output; an owner-conflict
+    /// State error if another owner holds the ID; other State errors.
+    pub async fn apply<S: ResourceSpec>(
+        &mut self,
+        resource: Resource<S>,
+    ) -> Result<Resource<S>, ReconcileError> {
+        let raw = resource.to_raw()?;
+        let stored = self
+            .apply_with(raw, |stored| {
+                crate::resource::decode_spec::<S>(stored).is_ok_and(|s| s == resource.spec)
+            })
+            .await?;
+        Ok(Resource {
+            metadata: stored.metadata,
+            spec: resource.spec,
+        })
+    }
+
+    /// [`apply`](Self::apply) for an opaque spec, compared byte for byte.
+    ///
+    /// # Errors
+    ///
+    /// As [`apply`](Self::apply).
+    pub async fn apply_raw(&mut self, resource: RawResource) -> Result<RawResource, ReconcileError> {
+        let spec = resource.spec.clone();
+        self.apply_with(resource, |stored| stored == spec.as_slice())
+            .await
+    }
+
+    async fn apply_with(
+        &mut self,
+        desired: RawResource,
+        same_spec: impl Fn(&[u8]) -> bool,
+    ) -> Result<RawResource, ReconcileError> {
+        let ptr = desired.metadata.pointer();
+        self.check_write(&ptr.r#type)?;
+        self.written
+            .insert((ptr.namespace.clone(), ptr.r#type.clone()));
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let current = match self.client.get(&ptr.namespace, &ptr.r#type, &ptr.id).await {
+                Ok(r) => Some(r),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(e.into()),
+            };
+            let Some(current) = current else {
+                let mut new = desired.clone();
+                new.metadata.owner = self.name.to_string();
+                new.metadata.version = 0;
+                new.metadata.phase = Phase::Running;
+                match self.client.create(&new, self.name).await {
+                    Ok(stored) => {
+                        tracing::debug!(resource = %ptr, "output created");
+                        self.asserted.insert(ptr);
+                        return Ok(stored);
+                    }
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            let md = &current.metadata;
+            if md.owner != self.name {
+                return Err(StateError::new(
+                    ErrorKind::OwnerConflict,
+                    format!(
+                        "{}: {ptr} is owned by {:?}, not {:?}",
+                        crate::error::OWNER_CONFLICT_PREFIX,
+                        md.owner,
+                        self.name
+                    ),
+                )
+                .into());
+            }
+            if md.phase == Phase::TearingDown {
+                if !md.finalizers.is_empty() {
+                    // The old resource waits for its finalizers; replace it once they are gone.
+                    tracing::debug!(resource = %ptr, "output still tearing down, apply deferred");
+                    self.pending
+                        .insert((ptr.namespace.clone(), ptr.r#type.clone()));
+                    return Ok(current);
+                }
+                match self
+                    .client
+                    .destroy(&ptr.namespace, &ptr.r#type, &ptr.id, self.name)
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(e) if e.is_not_found() || e.kind() == ErrorKind::Conflict => {}
+                    Err(e) => return Err(e.into()),
+                }
+                continue;
+            }
+            if same_spec(&current.spec)
+                && md.labels == desired.metadata.labels
+                && md.annotations == desired.metadata.annotations
+            {
+                self.asserted.insert(ptr);
+                return Ok(current);
+            }
+            let mut new = desired.clone();
+            new.metadata.owner = self.name.to_string();
+            new.metadata.version = md.version;
+            new.metadata.phase = Phase::Running;
+            new.metadata.finalizers = md.finalizers.clone();
+            new.metadata.created = md.created;
+            match self
+                .client
+                .update(&new, self.name, Some(Phase::Running))
+                .await
+            {
+                Ok(stored) => {
+                    tracing::debug!(resource = %ptr, version = stored.metadata.version, "output updated");
+                    self.asserted.insert(ptr);
+                    return Ok(stored);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Conflict | ErrorKind::NotFound | ErrorKind::PhaseConflict
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StateError::new(
+            ErrorKind::Conflict,
+            format!("{ptr}: still conflicting after {MAX_WRITE_ATTEMPTS} attempts"),
+        )
+        .into())
+    }
+
+    /// Starts tearing down an output of `S`; returns whether it has no finalizers left (or is
+    /// gone). The output is no longer asserted this cycle.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::NotAnOutput`]; State errors.
+    pub async fn teardown<S: ResourceSpec>(
+        &mut self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<bool, ReconcileError> {
+        self.teardown_raw(namespace, S::TYPE, id).await
+    }
+
+    /// [`teardown`](Self::teardown) by type name.
+    ///
+    /// # Errors
+    ///
+    /// As [`teardown`](Self::teardown).
+    pub async fn teardown_raw(
+        &mut self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+    ) -> Result<bool, ReconcileError> {
+        self.check_write(r#type)?;
+        self.unassert(namespace, r#type, id);
+        match self.client.teardown(namespace, r#type, id, self.name).await {
+            Ok(ready) => Ok(ready),
+            Err(e) if e.is_not_found() => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Destroys an output of `S` (it must have no finalizers); a missing one is not an error.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::NotAnOutput`]; a conflict if finalizers remain; State errors.
+    pub async fn destroy<S: ResourceSpec>(
+        &mut self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<(), ReconcileError> {
+        self.destroy_raw(namespace, S::TYPE, id).await
+    }
+
+    /// [`destroy`](Self::destroy) by type name.
+    ///
+    /// # Errors
+    ///
+    /// As [`destroy`](Self::destroy).
+    pub async fn destroy_raw(
+        &mut self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+    ) -> Result<(), ReconcileError> {
+        self.check_write(r#type)?;
+        self.unassert(namespace, r#type, id);
+        match self.client.destroy(namespace, r#type, id, self.name).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Adds `finalizer` to a strong input of `S`, in any phase.
+    ///
+    /// # Errors
+    ///
+    /// [`ReconcileError::NotAnInput`] unless a strong input covers the resource; State errors
+    /// (not found included).
+    pub async fn add_finalizer<S: ResourceSpec>(
+        &self,
+        namespace: &str,
+        id: &str,
+        finalizer: &str,
+    ) -> Result<(), ReconcileError> {
+        self.check_strong(namespace, S::TYPE, id)?;
+        Ok(self
+            .client
+            .add_finalizer(namespace, S::TYPE, id, finalizer)
+            .await?)
+    }
+
+    /// Removes `finalizer` from a strong input of `S`; a missing resource is not an error.
+    ///
+    /// # Errors
+    ///
+    /// As [`add_finalizer`](Self::add_finalizer), without not found.
+    pub async fn remove_finalizer<S: ResourceSpec>(
+        &self,
+        namespace: &str,
+        id: &str,
+        finalizer: &str,
+    ) -> Result<(), ReconcileError> {
+        self.check_strong(namespace, S::TYPE, id)?;
+        Ok(self
+            .client
+            .remove_finalizer(namespace, S::TYPE, id, finalizer)
+            .await?)
+    }
+
+    // ---- access checks -----------------------------------------------------------------------
+
+    fn is_output(&self, r#type: &str) -> bool {
+        self.outputs.iter().any(|o| o.r#type == r#type)
+    }
+
+    fn check_read(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: Option<&str>,
+    ) -> Result<(), ReconcileError> {
+        if self.is_output(r#type) || self.inputs.iter().any(|i| i.covers(namespace, r#type, id)) {
+            return Ok(());
+        }
+        Err(ReconcileError::NotAnInput {
+            controller: self.name,
+            namespace: namespace.to_string(),
+            r#type: r#type.to_string(),
+            id: id.map(str::to_string),
+            what: "an input or output",
+        })
+    }
+
+    fn check_strong(&self, namespace: &str, r#type: &str, id: &str) -> Result<(), ReconcileError> {
+        if self
+            .inputs
+            .iter()
+            .any(|i| i.kind == InputKind::Strong && i.covers(namespace, r#type, Some(id)))
+        {
+            return Ok(());
+        }
+        Err(ReconcileError::NotAnInput {
+            controller: self.name,
+            namespace: namespace.to_string(),
+            r#type: r#type.to_string(),
+            id: Some(id.to_string()),
+            what: "a strong input",
+        })
+    }
+
+    fn check_write(&self, r#type: &str) -> Result<(), ReconcileError> {
+        if self.is_output(r#type) {
+            Ok(())
+        } else {
+            Err(ReconcileError::NotAnOutput {
+                controller: self.name,
+                r#type: r#type.to_string(),
+            })
+        }
+    }
+
+    fn unassert(&mut self, namespace: &str, r#type: &str, id: &str) {
+        self.asserted.remove(&Pointer {
+            namespace: namespace.to_string(),
+            r#type: r#type.to_string(),
+            id: id.to_string(),
+        });
+    }
+
+    // ---- the cycle, for the runtime ----------------------------------------------------------
+
+    /// Starts a cycle: nothing is asserted yet.
+    pub(crate) fn begin_cycle(&mut self) {
+        self.asserted.clear();
+        self.pending.clear();
+    }
+
+    /// Ends a successful cycle: tears down and destroys every resource of an output kind owned
+    /// by this controller that the cycle did not assert. Resources whose finalizers remain stay
+    /// tearing down and are destroyed by a later cycle.
+    pub(crate) async fn cleanup(&mut self) -> Result<(), ReconcileError> {
+        let mut kinds: BTreeSet<Kind> = self
+            .outputs
+            .iter()
+            .map(|o| (o.namespace.clone(), o.r#type.clone()))
+            .collect();
+        kinds.extend(self.written.iter().cloned());
+        for (namespace, r#type) in kinds {
+            let stored = self
+                .client
+                .list(&namespace, &r#type, &Query::default())
+                .await?;
+            for r in stored {
+                let md = &r.metadata;
+                if md.owner != self.name || self.asserted.contains(&md.pointer()) {
+                    continue;
+                }
+                let ready = match md.phase {
+                    Phase::Running => {
+                        match self.client.teardown(&namespace, &r#type, &md.id, self.name).await {
+                            Ok(ready) => ready,
+                            Err(e) if e.is_not_found() => continue,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    Phase::TearingDown => md.finalizers.is_empty(),
+                };
+                if !ready {
+                    tracing::debug!(resource = %md.pointer(), "output waits for finalizers");
+                    self.pending.insert((namespace.clone(), r#type.clone()));
+                    continue;
+                }
+                match self.client.destroy(&namespace, &r#type, &md.id, self.name).await {
+                    Ok(()) => tracing::debug!(resource = %md.pointer(), "output destroyed"),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) if e.kind() == ErrorKind::Conflict => {
+                        self.pending.insert((namespace.clone(), r#type.clone()));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the cycle left work that no declared input will wake the controller for: an
+    /// output waiting for finalizers in a kind the controller does not watch.
+    pub(crate) fn needs_poll(&self) -> bool {
+        self.pending.iter().any(|(ns, ty)| {
+            !self
+                .inputs
+                .iter()
+                .any(|i| i.id.is_none() && i.namespace == *ns && i.r#type == *ty)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::controller::Output;
+
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct In;
+    impl ResourceSpec for In {
+        const TYPE: &'static str = "Ins.test.talos.dev";
+        const DEFAULT_NAMESPACE: &'static str = "a";
+    }
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Out;
+    impl ResourceSpec for Out {
+        const TYPE: &'static str = "Outs.test.talos.dev";
+        const DEFAULT_NAMESPACE: &'static str = "b";
+    }
+
+    fn ctx() -> Context {
+        // The checks fail before any call, so the socket is never dialed.
+        let client = Client::new("/nonexistent/stated.sock").expect("lazy client");
+        Context::new(
+            client,
+            "test.Controller",
+            vec![
+                Input::weak::<In>("a").with_id("one"),
+                Input::strong::<In>("s"),
+            ],
+            vec![Output::exclusive::<Out>()],
+        )
+    }
+
+    #[tokio::test]
+    async fn undeclared_access_is_refused_before_any_call() {
+        let mut c = ctx();
+        assert!(matches!(
+            c.list::<In>("a").await,
+            Err(ReconcileError::NotAnInput { id: None, .. })
+        ));
+        assert!(matches!(
+            c.get::<In>("a", "two").await,
+            Err(ReconcileError::NotAnInput { .. })
+        ));
+        assert!(matches!(
+            c.apply(Resource::new("a", "x", In)).await,
+            Err(ReconcileError::NotAnOutput { .. })
+        ));
+        assert!(matches!(
+            c.destroy::<In>("a", "x").await,
+            Err(ReconcileError::NotAnOutput { .. })
+        ));
+        assert!(matches!(
+            c.add_finalizer::<In>("a", "one", "f").await,
+            Err(ReconcileError::NotAnInput {
+                what: "a strong input",
+                ..
+            })
+        ));
+        let e = c.get::<In>("a", "two").await.expect_err("refused");
+        assert_eq!(
+            e.to_string(),
+            "controller test.Controller does not declare a/Ins.test.talos.dev/two as an input or output"
+        );
+    }
+
+    #[test]
+    fn checks_allow_declared_access() {
+        let c = ctx();
+        assert!(c.check_read("a", In::TYPE, Some("one")).is_ok());
+        assert!(c.check_read("s", In::TYPE, None).is_ok());
+        assert!(c.check_read("anywhere", Out::TYPE, None).is_ok());
+        assert!(c.check_strong("s", In::TYPE, "x").is_ok());
+        assert!(c.check_write(Out::TYPE).is_ok());
+    }
+
+    #[test]
+    fn poll_only_for_unwatched_pending_kinds() {
+        let mut c = ctx();
+        assert!(!c.needs_poll());
+        c.pending.insert(("s".into(), In::TYPE.into()));
+        assert!(!c.needs_poll());
+        c.pending.insert(("b".into(), Out::TYPE.into()));
+        assert!(c.needs_poll());
+    }
+}

@@ -1,0 +1,241 @@
+//! The controller runtime: controllers declare inputs and outputs and reconcile; the runtime
+//! watches, wakes, restarts and cleans up (DESIGN §3).
+//!
+//! - [`Controller`]: name, [`Input`]s, [`Output`]s and `reconcile(&mut Context) -> Action`;
+//! - [`Context`]: checked reads of inputs, owned writes of outputs, output tracking;
+//! - [`Registry`]: the registered controllers, checked for name and output conflicts, and their
+//!   [`DependencyGraph`], all without a connection to stated;
+//! - [`Runtime`]: a registry plus a [`Client`]; [`Runtime::run`] runs every controller as its own
+//!   task until shutdown.
+//!
+//! # Guarantees
+//!
+//! - One aggregated kind watch per (namespace, type) per runtime, whatever the number of
+//!   controllers reading it. A burst of changes wakes a controller once (capacity-1 channel).
+//! - A controller is reconciled once at start, then on every wake-up, requeue or retry; never
+//!   twice at once.
+//! - After a successful cycle the runtime tears down every resource of the controller's output
+//!   types that it owns and the cycle did not assert, and destroys it once its finalizers are
+//!   gone (on a later cycle if some remain).
+//! - A failing or panicking controller is retried alone with exponential backoff (100 ms, ×2,
+//!   up to 30 s, reset by a successful cycle); siblings and the runtime go on. Unreachable
+//!   stated is such a failure: controllers retry forever and resync when it is back.
+
+mod context;
+mod controller;
+mod error;
+mod graph;
+mod task;
+mod watch;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::client::Client;
+
+pub use context::Context;
+pub use controller::{Action, Controller, Input, InputKind, Output, OutputKind};
+pub use error::{ReconcileError, RuntimeError};
+pub use graph::{DependencyGraph, Edge, EdgeKind};
+pub use task::{PENDING_POLL, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
+
+use task::TaskEnv;
+use watch::Subscriber;
+
+type ControllerFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Starter = Box<dyn FnOnce(TaskEnv) -> ControllerFuture + Send>;
+
+/// A registered controller: its declarations, and how to start its task.
+struct Registration {
+    name: &'static str,
+    inputs: Vec<Input>,
+    outputs: Vec<Output>,
+    start: Starter,
+}
+
+/// The controllers of one daemon, checked and ready to run; usable without stated (to print the
+/// dependency graph, or to check registrations at build time).
+#[derive(Default)]
+pub struct Registry {
+    controllers: Vec<Registration>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.controllers.iter().map(|c| c.name))
+            .finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a controller.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::DuplicateController`] if the name is taken; [`RuntimeError::OutputConflict`]
+    /// if an output type is exclusive to another controller, or is declared exclusive here and
+    /// already written by another; [`RuntimeError::DuplicateInput`] if the controller declares
+    /// the same (namespace, type, ID) twice.
+    pub fn register<C: Controller>(&mut self, controller: C) -> Result<(), RuntimeError> {
+        let name = controller.name();
+        let inputs = controller.inputs();
+        let outputs = controller.outputs();
+        if self.controllers.iter().any(|c| c.name == name) {
+            return Err(RuntimeError::DuplicateController {
+                name: name.to_string(),
+            });
+        }
+        for (n, i) in inputs.iter().enumerate() {
+            let dup = inputs[..n]
+                .iter()
+                .any(|j| j.namespace == i.namespace && j.r#type == i.r#type && j.id == i.id);
+            if dup {
+                return Err(RuntimeError::DuplicateInput {
+                    controller: name.to_string(),
+                    namespace: i.namespace.clone(),
+                    r#type: i.r#type.clone(),
+                    id: i.id.clone(),
+                });
+            }
+        }
+        for o in &outputs {
+            let existing = self.controllers.iter().find(|c| {
+                c.outputs.iter().any(|x| {
+                    x.r#type == o.r#type
+                        && (x.kind == OutputKind::Exclusive || o.kind == OutputKind::Exclusive)
+                })
+            });
+            if let Some(existing) = existing {
+                return Err(RuntimeError::OutputConflict {
+                    r#type: o.r#type.clone(),
+                    controller: name.to_string(),
+                    existing: existing.name.to_string(),
+                });
+            }
+        }
+        self.controllers.push(Registration {
+            name,
+            inputs,
+            outputs,
+            start: Box::new(move |env| Box::pin(task::run_controller(controller, env))),
+        });
+        Ok(())
+    }
+
+    /// The names of the registered controllers, in registration order.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.controllers.iter().map(|c| c.name)
+    }
+
+    /// The edges between the registered controllers and the kinds they read and write.
+    pub fn dependency_graph(&self) -> DependencyGraph {
+        let mut g = DependencyGraph::default();
+        for c in &self.controllers {
+            g.add_controller(c.name, &c.inputs, &c.outputs);
+        }
+        g
+    }
+}
+
+/// Runs registered controllers against stated.
+#[derive(Debug)]
+pub struct Runtime {
+    client: Client,
+    registry: Registry,
+}
+
+impl Runtime {
+    /// A runtime without controllers, talking to stated through `client`.
+    pub fn new(client: Client) -> Self {
+        Self::with_registry(client, Registry::new())
+    }
+
+    /// A runtime for the controllers of `registry`.
+    pub fn with_registry(client: Client, registry: Registry) -> Self {
+        Self { client, registry }
+    }
+
+    /// Adds a controller; see [`Registry::register`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::register`].
+    pub fn register<C: Controller>(&mut self, controller: C) -> Result<(), RuntimeError> {
+        self.registry.register(controller)
+    }
+
+    /// The dependency graph of the registered controllers.
+    pub fn dependency_graph(&self) -> DependencyGraph {
+        self.registry.dependency_graph()
+    }
+
+    /// Runs every controller until `shutdown` completes, then stops them (a reconcile in
+    /// flight is cancelled at its next await; the next start reconciles from the stored state).
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::Task`] only if a task of the runtime itself panicked; a failing or
+    /// panicking controller is retried, not reported here.
+    pub async fn run(self, shutdown: impl Future) -> Result<(), RuntimeError> {
+        let Runtime { client, registry } = self;
+        let mut kinds: BTreeMap<(String, String), Vec<Subscriber>> = BTreeMap::new();
+        let mut starts = Vec::with_capacity(registry.controllers.len());
+        // Kept so that a controller's wake channel never closes while the runtime runs.
+        let mut senders = Vec::with_capacity(registry.controllers.len());
+        for reg in registry.controllers {
+            let (tx, rx) = mpsc::channel(1);
+            // The first reconcile, whatever the watches do.
+            let _ = tx.try_send(());
+            for i in &reg.inputs {
+                kinds
+                    .entry((i.namespace.clone(), i.r#type.clone()))
+                    .or_default()
+                    .push(Subscriber {
+                        id: i.id.clone(),
+                        kind: i.kind,
+                        wake: tx.clone(),
+                    });
+            }
+            let ctx = Context::new(client.clone(), reg.name, reg.inputs, reg.outputs);
+            starts.push((reg.name, reg.start, TaskEnv { ctx, wake: rx }));
+            senders.push(tx);
+        }
+
+        let mut tasks = JoinSet::new();
+        for ((namespace, r#type), subscribers) in kinds {
+            let span = tracing::debug_span!("watch", namespace = %namespace, r#type = %r#type);
+            tasks.spawn(
+                watch::watch_kind(client.clone(), namespace, r#type, subscribers).instrument(span),
+            );
+        }
+        for (name, start, env) in starts {
+            tasks.spawn(start(env).instrument(tracing::info_span!("controller", name)));
+        }
+        tracing::debug!(tasks = tasks.len(), "controller runtime started");
+
+        let mut shutdown = std::pin::pin!(shutdown);
+        let result = loop {
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                Some(joined) = tasks.join_next() => match joined {
+                    Err(e) if e.is_panic() => break Err(RuntimeError::Task(e)),
+                    _ => {}
+                },
+            }
+        };
+        tasks.shutdown().await;
+        drop(senders);
+        result
+    }
+}

@@ -1,0 +1,422 @@
+//! The `cosi.resource.State` gRPC service: decode, identify the peer, check access, call the
+//! store, map errors to COSI's codes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use cosi::definition::{ResourceDefinition, META_NAMESPACE};
+use cosi::error::{ErrorKind, StateError};
+use cosi::resource::{Phase, RawResource, ResourceSpec};
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::UdsConnectInfo;
+use tonic::{Request, Response, Status};
+
+use crate::access::{Access, Peer, Policy};
+use crate::labels::Filter;
+use crate::store::{encode_bookmark, EventKind, Store};
+
+/// Events sent in one aggregated watch response at most.
+const WATCH_BATCH: usize = 256;
+/// Responses queued per watcher before its task waits for the client to read.
+const WATCH_QUEUE: usize = 16;
+
+/// The State service over a store and an access policy.
+#[derive(Clone)]
+pub struct StateService {
+    store: Arc<Store>,
+    policy: Arc<Policy>,
+}
+
+type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+fn status(e: StateError) -> Status {
+    e.to_status()
+}
+
+fn invalid(msg: impl Into<String>) -> Status {
+    StateError::new(ErrorKind::InvalidArgument, msg).to_status()
+}
+
+impl StateService {
+    /// A service over `store` with `policy`.
+    pub fn new(store: Arc<Store>, policy: Arc<Policy>) -> Self {
+        Self { store, policy }
+    }
+
+    fn peer<T>(&self, req: &Request<T>) -> Peer {
+        let uid = req
+            .extensions()
+            .get::<UdsConnectInfo>()
+            .and_then(|i| i.peer_cred)
+            .map(|c| c.uid());
+        self.policy.identify(uid)
+    }
+
+    fn check<T>(&self, req: &Request<T>, ns: &str, access: Access) -> Result<Peer, Status> {
+        let peer = self.peer(req);
+        self.policy.check(&peer, ns, access).map_err(status)?;
+        Ok(peer)
+    }
+
+    /// Writes to `meta`: admin only, except that a daemon may define the resource types of the
+    /// namespaces it writes (ResourceDefinitions whose default namespace is one of them).
+    fn check_write(&self, peer: &Peer, r: &RawResource) -> Result<(), Status> {
+        if r.metadata.namespace != META_NAMESPACE {
+            return self.policy.check(peer, &r.metadata.namespace, Access::Write).map_err(status);
+        }
+        match peer {
+            Peer::Admin => Ok(()),
+            Peer::Daemon { name, writes, .. } if r.metadata.r#type == ResourceDefinition::TYPE => {
+                let def: ResourceDefinition = cosi::resource::decode_spec(&r.spec)
+                    .map_err(|e| invalid(format!("invalid resource definition: {}", cosi::error::Chain(&e))))?;
+                if def.id() != r.metadata.id {
+                    return Err(invalid(format!(
+                        "resource definition id must be {:?}, the lowercase type",
+                        def.id()
+                    )));
+                }
+                if writes.contains(&def.default_namespace) {
+                    Ok(())
+                } else {
+                    Err(StateError::new(
+                        ErrorKind::PermissionDenied,
+                        format!(
+                            "daemon {name} may not define types of namespace {:?}",
+                            def.default_namespace
+                        ),
+                    )
+                    .to_status())
+                }
+            }
+            _ => Err(StateError::new(ErrorKind::PermissionDenied, "only stated writes namespace \"meta\"").to_status()),
+        }
+    }
+}
+
+fn resource_of(r: Option<proto::Resource>) -> Result<RawResource, Status> {
+    let r = r.ok_or_else(|| invalid("request has no resource"))?;
+    RawResource::from_proto(r).map_err(status)
+}
+
+fn to_proto_event(kind: proto::EventType, r: &RawResource, old: Option<&RawResource>, bookmark: Option<Vec<u8>>) -> proto::Event {
+    proto::Event {
+        resource: Some(r.to_proto()),
+        event_type: kind as i32,
+        old: old.map(RawResource::to_proto),
+        error: None,
+        bookmark,
+    }
+}
+
+fn tombstone(ns: &str, ty: &str, id: &str) -> RawResource {
+    RawResource {
+        metadata: cosi::Metadata::new(ns, ty, id),
+        ..Default::default()
+    }
+}
+
+#[tonic::async_trait]
+impl proto::state_server::State for StateService {
+    async fn get(&self, req: Request<proto::GetRequest>) -> Result<Response<proto::GetResponse>, Status> {
+        self.check(&req, &req.get_ref().namespace, Access::Read)?;
+        let r = req.into_inner();
+        let res = self.store.get(&r.namespace, &r.r#type, &r.id).map_err(status)?;
+        Ok(Response::new(proto::GetResponse {
+            resource: Some(res.to_proto()),
+        }))
+    }
+
+    type ListStream = Stream_<proto::ListResponse>;
+
+    async fn list(&self, req: Request<proto::ListRequest>) -> Result<Response<Self::ListStream>, Status> {
+        self.check(&req, &req.get_ref().namespace, Access::Read)?;
+        let r = req.into_inner();
+        let opts = r.options.unwrap_or_default();
+        let filter = Filter::new(opts.label_query, opts.id_query).map_err(status)?;
+        let items = self.store.list(&r.namespace, &r.r#type, &filter);
+        let stream = futures::stream::iter(items.into_iter().map(|r| {
+            Ok(proto::ListResponse {
+                resource: Some(r.to_proto()),
+            })
+        }));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn create(&self, req: Request<proto::CreateRequest>) -> Result<Response<proto::CreateResponse>, Status> {
+        let peer = self.peer(&req);
+        let r = req.into_inner();
+        let res = resource_of(r.resource)?;
+        self.check_write(&peer, &res)?;
+        let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        let created = self.store.create(res, &owner).map_err(status)?;
+        Ok(Response::new(proto::CreateResponse {
+            resource: Some(created.to_proto()),
+        }))
+    }
+
+    async fn update(&self, req: Request<proto::UpdateRequest>) -> Result<Response<proto::UpdateResponse>, Status> {
+        let peer = self.peer(&req);
+        let r = req.into_inner();
+        let res = resource_of(r.new_resource)?;
+        self.check_write(&peer, &res)?;
+        let opts = r.options.unwrap_or_default();
+        let phase = opts.expected_phase.as_deref().map(Phase::parse).transpose().map_err(status)?;
+        let updated = self.store.update(res, &opts.owner, phase).map_err(status)?;
+        Ok(Response::new(proto::UpdateResponse {
+            resource: Some(updated.to_proto()),
+        }))
+    }
+
+    async fn destroy(&self, req: Request<proto::DestroyRequest>) -> Result<Response<proto::DestroyResponse>, Status> {
+        let peer = self.peer(&req);
+        let r = req.into_inner();
+        if r.namespace == META_NAMESPACE && peer != Peer::Admin {
+            return Err(StateError::new(ErrorKind::PermissionDenied, "only stated writes namespace \"meta\"").to_status());
+        }
+        self.policy.check(&peer, &r.namespace, Access::Write).map_err(status)?;
+        let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        self.store.destroy(&r.namespace, &r.r#type, &r.id, &owner).map_err(status)?;
+        Ok(Response::new(proto::DestroyResponse {}))
+    }
+
+    type WatchStream = Stream_<proto::WatchResponse>;
+
+    async fn watch(&self, req: Request<proto::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        self.check(&req, &req.get_ref().namespace, Access::Read)?;
+        let r = req.into_inner();
+        let opts = r.options.unwrap_or_default();
+        if r.r#type.is_empty() {
+            return Err(invalid("watch: type is empty"));
+        }
+        if r.id.is_some() && opts.bootstrap_contents {
+            return Err(StateError::new(ErrorKind::Unimplemented, "bootstrap contents is not supported for a single resource watch").to_status());
+        }
+        if r.id.is_some() && !opts.label_query.is_empty() {
+            return Err(StateError::new(ErrorKind::Unimplemented, "label queries are not supported for a single resource watch").to_status());
+        }
+        if opts.tail_events > 0 && opts.start_from_bookmark.is_some() {
+            return Err(Status::unknown("tail events and start from bookmark are mutually exclusive"));
+        }
+        if opts.bootstrap_contents && (opts.tail_events > 0 || opts.start_from_bookmark.is_some()) {
+            return Err(invalid("bootstrap contents is mutually exclusive with tail events and bookmarks"));
+        }
+        let filter = if r.id.is_some() {
+            Filter::default()
+        } else {
+            Filter::new(opts.label_query, opts.id_query).map_err(status)?
+        };
+        let (ns, ty) = (r.namespace.clone(), r.r#type.clone());
+        // Subscribe before reading the start position so no write is missed in between.
+        let notify = self.store.subscribe(&ns, &ty);
+        let epoch = self.store.epoch();
+        let mut first: Vec<proto::Event> = Vec::new();
+        let pos = if let Some(b) = &opts.start_from_bookmark {
+            self.store.resolve_bookmark(&ns, &ty, b).map_err(status)?
+        } else if opts.tail_events > 0 {
+            let n = usize::try_from(opts.tail_events).unwrap_or(0);
+            self.store.tail_start(&ns, &ty, r.id.as_deref(), n)
+        } else if let Some(id) = &r.id {
+            // A single watch starts with the current state: the resource or a tombstone.
+            let pos = self.store.position();
+            match self.store.get(&ns, &ty, id) {
+                Ok(res) => first.push(to_proto_event(proto::EventType::Created, &res, None, Some(encode_bookmark(epoch, pos)))),
+                Err(_) => first.push(to_proto_event(
+                    proto::EventType::Destroyed,
+                    &tombstone(&ns, &ty, id),
+                    None,
+                    Some(encode_bookmark(epoch, pos)),
+                )),
+            }
+            pos
+        } else if opts.bootstrap_contents {
+            let (items, pos) = self.store.snapshot(&ns, &ty, &filter);
+            for res in items {
+                first.push(to_proto_event(proto::EventType::Created, &res, None, Some(encode_bookmark(epoch, pos))));
+            }
+            if r.api_version >= 1 {
+                first.push(to_proto_event(
+                    proto::EventType::Bootstrapped,
+                    &tombstone(&ns, &ty, ""),
+                    None,
+                    Some(encode_bookmark(epoch, pos)),
+                ));
+            }
+            pos
+        } else {
+            let pos = self.store.position();
+            if opts.bootstrap_bookmark {
+                first.push(to_proto_event(proto::EventType::Noop, &tombstone(&ns, &ty, ""), None, Some(encode_bookmark(epoch, pos))));
+            }
+            pos
+        };
+        let (tx, rx) = mpsc::channel(WATCH_QUEUE);
+        // The empty response tells the client the watch is established (COSI's marker).
+        let _ = tx.try_send(Ok(proto::WatchResponse::default()));
+        let w = Watcher {
+            store: self.store.clone(),
+            ns,
+            ty,
+            id: r.id,
+            filter,
+            aggregated: opts.aggregated,
+            api_version: r.api_version,
+            epoch,
+            pos,
+            tx,
+        };
+        tokio::spawn(w.run(first, notify));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn teardown(&self, req: Request<proto::TeardownRequest>) -> Result<Response<proto::TeardownResponse>, Status> {
+        self.check(&req, &req.get_ref().namespace, Access::Write)?;
+        let r = req.into_inner();
+        let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        let ready = self.store.teardown(&r.namespace, &r.r#type, &r.id, &owner).map_err(status)?;
+        Ok(Response::new(proto::TeardownResponse { destroy_ready: ready }))
+    }
+
+    async fn teardown_and_destroy(
+        &self,
+        req: Request<proto::TeardownAndDestroyRequest>,
+    ) -> Result<Response<proto::TeardownAndDestroyResponse>, Status> {
+        self.check(&req, &req.get_ref().namespace, Access::Write)?;
+        let r = req.into_inner();
+        let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        let mut notify = self.store.subscribe(&r.namespace, &r.r#type);
+        let mut ready = self.store.teardown(&r.namespace, &r.r#type, &r.id, &owner).map_err(status)?;
+        loop {
+            if ready {
+                match self.store.destroy(&r.namespace, &r.r#type, &r.id, &owner) {
+                    Ok(()) => break,
+                    Err(e) if e.is_not_found() => break,
+                    Err(e) if e.kind() == ErrorKind::Conflict => {}
+                    Err(e) => return Err(status(e)),
+                }
+            }
+            if notify.changed().await.is_err() {
+                return Err(Status::unavailable("stated is shutting down"));
+            }
+            ready = match self.store.get(&r.namespace, &r.r#type, &r.id) {
+                Ok(cur) => cur.metadata.finalizers.is_empty(),
+                Err(_) => break,
+            };
+        }
+        Ok(Response::new(proto::TeardownAndDestroyResponse {}))
+    }
+}
+
+/// One watch: pulls events after its position from the kind's history and sends them; its own
+/// bounded queue means a slow client only delays itself. If it falls behind the history, it
+/// gets an ERRORED event and the client resumes (or relists).
+struct Watcher {
+    store: Arc<Store>,
+    ns: String,
+    ty: String,
+    id: Option<String>,
+    filter: Filter,
+    aggregated: bool,
+    api_version: i32,
+    epoch: u64,
+    pos: u64,
+    tx: mpsc::Sender<Result<proto::WatchResponse, Status>>,
+}
+
+impl Watcher {
+    async fn send(&self, events: Vec<proto::Event>) -> bool {
+        if events.is_empty() {
+            return true;
+        }
+        if self.aggregated {
+            self.tx.send(Ok(proto::WatchResponse { event: events })).await.is_ok()
+        } else {
+            for e in events {
+                if self.tx.send(Ok(proto::WatchResponse { event: vec![e] })).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+
+    async fn run(mut self, first: Vec<proto::Event>, mut notify: tokio::sync::watch::Receiver<u64>) {
+        if !self.send(first).await {
+            return;
+        }
+        loop {
+            let (events, next) = match self.store.events_after(&self.ns, &self.ty, self.pos, WATCH_BATCH) {
+                Ok(x) => x,
+                Err(()) => {
+                    if self.api_version >= 1 {
+                        let _ = self
+                            .tx
+                            .send(Ok(proto::WatchResponse {
+                                event: vec![proto::Event {
+                                    resource: None,
+                                    event_type: proto::EventType::Errored as i32,
+                                    old: None,
+                                    error: Some(format!(
+                                        "buffer overrun: namespace {:?} type {:?}: the watch fell behind; resume from its last bookmark",
+                                        self.ns, self.ty
+                                    )),
+                                    bookmark: Some(encode_bookmark(self.epoch, self.pos)),
+                                }],
+                            }))
+                            .await;
+                    }
+                    return;
+                }
+            };
+            let more = events.len() == WATCH_BATCH;
+            let mut out = Vec::with_capacity(events.len());
+            for e in &events {
+                let bookmark = Some(encode_bookmark(self.epoch, e.seq));
+                if let Some(id) = &self.id {
+                    if e.resource.metadata.id != *id {
+                        continue;
+                    }
+                }
+                let r = &e.resource;
+                let new_match = self.filter.matches(&r.metadata.id, &r.metadata.labels);
+                let kind = match e.kind {
+                    EventKind::Created if new_match => Some(proto::EventType::Created),
+                    EventKind::Destroyed if new_match => Some(proto::EventType::Destroyed),
+                    EventKind::Updated => {
+                        let old_match = e
+                            .old
+                            .as_ref()
+                            .is_some_and(|o| self.filter.matches(&o.metadata.id, &o.metadata.labels));
+                        match (old_match, new_match) {
+                            (true, true) => Some(proto::EventType::Updated),
+                            (true, false) => Some(proto::EventType::Destroyed),
+                            (false, true) => Some(proto::EventType::Created),
+                            (false, false) => None,
+                        }
+                    }
+                    _ => None,
+                };
+                if let Some(k) = kind {
+                    let old = if k == proto::EventType::Updated { e.old.as_deref() } else { None };
+                    out.push(to_proto_event(k, r, old, bookmark));
+                }
+            }
+            self.pos = next;
+            if !self.send(out).await {
+                return;
+            }
+            if more {
+                continue;
+            }
+            tokio::select! {
+                changed = notify.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = self.tx.closed() => return,
+            }
+        }
+    }
+}

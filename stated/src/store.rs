@@ -1,0 +1,738 @@
+//! The resource store: resources by (namespace, type, id), a bounded history of events per
+//! (namespace, type) that watches pull from, and persistence of every write before it is
+//! acknowledged. Schema-less: specs are opaque bytes.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use cosi::definition::{NamespaceSpec, ResourceDefinition, META_NAMESPACE};
+use cosi::error::{ErrorKind, StateError, OWNER_CONFLICT_PREFIX, PHASE_PREFIX};
+use cosi::resource::{Metadata, Phase, RawResource, ResourceSpec};
+use tokio::sync::watch;
+
+use crate::access::check_name;
+use crate::labels::Filter;
+use crate::persist::{frame, DurableFiles, Header, PersistError, Record, RunFiles};
+
+/// Largest spec accepted.
+pub const MAX_SPEC: usize = 1024 * 1024;
+/// Largest total size of labels, annotations and finalizers of one resource.
+pub const MAX_METADATA: usize = 64 * 1024;
+/// Events kept per (namespace, type) for watches to resume from.
+pub const DEFAULT_HISTORY: usize = 4096;
+/// The owner of resources stated writes itself (namespaces, meta definitions).
+pub const STATED_OWNER: &str = "stated";
+
+/// (namespace, type).
+pub type Kind = (String, String);
+
+/// What happened to a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// Created.
+    Created,
+    /// Updated.
+    Updated,
+    /// Destroyed.
+    Destroyed,
+}
+
+/// One write, as kept in the history.
+#[derive(Debug)]
+pub struct StoredEvent {
+    /// Global sequence number of the write: the bookmark position.
+    pub seq: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// The resource after the write (before it, for a destroy).
+    pub resource: Arc<RawResource>,
+    /// The resource before an update.
+    pub old: Option<Arc<RawResource>>,
+}
+
+struct Collection {
+    items: BTreeMap<String, Arc<RawResource>>,
+    history: VecDeque<Arc<StoredEvent>>,
+    /// Every event of this collection with a sequence number above `floor` is in `history`.
+    floor: u64,
+    notify: watch::Sender<u64>,
+}
+
+impl Collection {
+    fn new(floor: u64) -> Self {
+        Self {
+            items: BTreeMap::new(),
+            history: VecDeque::new(),
+            floor,
+            notify: watch::Sender::new(floor),
+        }
+    }
+}
+
+struct Inner {
+    seq: u64,
+    epoch: u64,
+    history_cap: usize,
+    collections: HashMap<Kind, Collection>,
+    run: Option<RunFiles>,
+    durable: Option<DurableFiles>,
+    durable_namespaces: Box<dyn Fn(&str) -> bool + Send>,
+    resources: usize,
+    log_records: usize,
+}
+
+/// The store. All methods are synchronous and short; watches wait on [`Store::subscribe`].
+pub struct Store {
+    inner: Mutex<Inner>,
+}
+
+/// Errors opening the store.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Files could not be read or written.
+    #[error("cannot load state")]
+    Persist(#[from] PersistError),
+    /// A stored resource is invalid.
+    #[error("invalid stored resource")]
+    Invalid(#[from] StateError),
+}
+
+/// Where the store keeps its files.
+pub struct StoreConfig<'a> {
+    /// Run state (until reboot); `None` keeps nothing (tests of pure logic).
+    pub run_dir: Option<&'a Path>,
+    /// Durable namespaces (across reboots).
+    pub state_dir: Option<&'a Path>,
+    /// Which namespaces are durable.
+    pub durable: Box<dyn Fn(&str) -> bool + Send>,
+    /// Namespaces that exist from the start (from the manifest), with descriptions.
+    pub namespaces: Vec<(String, String)>,
+    /// Events kept per (namespace, type).
+    pub history: usize,
+}
+
+fn new_epoch() -> u64 {
+    let t = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut x = (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
+    // splitmix64: spread the bits.
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)).max(1)
+}
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    // A panic while holding the lock leaves consistent data (every mutation is a single insert
+    // after all checks), so poisoning is not a reason to stop serving.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn kind_of(md: &Metadata) -> Kind {
+    (md.namespace.clone(), md.r#type.clone())
+}
+
+fn validate(r: &RawResource) -> Result<(), StateError> {
+    let md = &r.metadata;
+    check_name("namespace", &md.namespace)?;
+    check_name("type", &md.r#type)?;
+    check_name("id", &md.id)?;
+    if r.spec.len() + r.yaml_spec.len() > MAX_SPEC {
+        return Err(StateError::new(
+            ErrorKind::InvalidArgument,
+            format!("spec of {} bytes exceeds the limit of {MAX_SPEC}", r.spec.len() + r.yaml_spec.len()),
+        ));
+    }
+    let meta_size: usize = md.labels.iter().chain(&md.annotations).map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        + md.finalizers.iter().map(String::len).sum::<usize>()
+        + md.owner.len();
+    if meta_size > MAX_METADATA {
+        return Err(StateError::new(
+            ErrorKind::InvalidArgument,
+            format!("labels, annotations and finalizers of {meta_size} bytes exceed the limit of {MAX_METADATA}"),
+        ));
+    }
+    if md.labels.keys().any(|k| k.is_empty()) {
+        return Err(StateError::new(ErrorKind::InvalidArgument, "empty label key"));
+    }
+    Ok(())
+}
+
+fn not_found(ns: &str, ty: &str, id: &str) -> StateError {
+    StateError::new(ErrorKind::NotFound, format!("resource {ns}/{ty}/{id} doesn't exist"))
+}
+
+fn owner_conflict(md: &Metadata, owner: &str) -> StateError {
+    StateError::new(
+        ErrorKind::OwnerConflict,
+        format!(
+            "{OWNER_CONFLICT_PREFIX}: resource {}/{}/{} is owned by {:?}, not {owner:?}",
+            md.namespace, md.r#type, md.id, md.owner
+        ),
+    )
+}
+
+fn persist_error(e: PersistError) -> StateError {
+    tracing::error!(error = %cosi::error::Chain(&e), "persisting a write failed");
+    StateError::new(ErrorKind::Unavailable, format!("cannot persist write: {}", cosi::error::Chain(&e)))
+}
+
+/// A bookmark: 8-byte epoch of the run state and 8-byte sequence number, big-endian.
+pub fn encode_bookmark(epoch: u64, seq: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16);
+    b.extend_from_slice(&epoch.to_be_bytes());
+    b.extend_from_slice(&seq.to_be_bytes());
+    b
+}
+
+impl Store {
+    /// Opens (loads) the store.
+    pub fn open(cfg: StoreConfig<'_>) -> Result<Self, OpenError> {
+        let mut inner = Inner {
+            seq: 0,
+            epoch: new_epoch(),
+            history_cap: cfg.history.max(16),
+            collections: HashMap::new(),
+            run: None,
+            durable: cfg.state_dir.map(DurableFiles::open).transpose()?,
+            durable_namespaces: cfg.durable,
+            resources: 0,
+            log_records: 0,
+        };
+        let mut fresh = true;
+        if let Some(dir) = cfg.run_dir {
+            let (run, loaded) = RunFiles::open(dir)?;
+            inner.run = Some(run);
+            if let Some(h) = loaded.header {
+                fresh = false;
+                inner.epoch = h.epoch;
+                inner.seq = h.seq;
+                for r in loaded.snapshot {
+                    inner.load(RawResource::from_proto(r)?, h.seq);
+                }
+                for rec in loaded.log {
+                    if rec.seq <= h.seq {
+                        continue;
+                    }
+                    inner.replay(rec)?;
+                    inner.log_records += 1;
+                }
+            }
+        }
+        if fresh {
+            // A new boot: durable namespaces come back from the state directory.
+            if let Some(d) = &inner.durable {
+                let mut found = Vec::new();
+                for name in durable_names(cfg.state_dir, &cfg.namespaces, &inner.durable_namespaces) {
+                    found.extend(d.load(&name)?);
+                }
+                for r in found {
+                    inner.load(RawResource::from_proto(r)?, 0);
+                }
+            }
+        } else if let Some(d) = &inner.durable {
+            // Restart in place: the run state is the truth; make the durable files agree with it
+            // (a kill between the durable write and the log append leaves them one write ahead).
+            let namespaces: Vec<String> = inner
+                .collections
+                .keys()
+                .map(|k| k.0.clone())
+                .filter(|ns| (inner.durable_namespaces)(ns))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            for ns in namespaces {
+                d.write(&ns, inner.namespace_items(&ns)).map_err(OpenError::Persist)?;
+            }
+        }
+        let store = Store { inner: Mutex::new(inner) };
+        store.register_meta(&cfg.namespaces)?;
+        {
+            let mut inner = lock(&store.inner);
+            if fresh {
+                inner.compact()?;
+            }
+        }
+        Ok(store)
+    }
+
+    fn register_meta(&self, namespaces: &[(String, String)]) -> Result<(), StateError> {
+        for def in [ResourceDefinition::definition(), NamespaceSpec::definition()] {
+            self.ensure_internal(META_NAMESPACE, ResourceDefinition::TYPE, &def.id(), &def)?;
+        }
+        self.ensure_internal(
+            META_NAMESPACE,
+            NamespaceSpec::TYPE,
+            META_NAMESPACE,
+            &NamespaceSpec {
+                description: "Namespaces and resource definitions.".into(),
+            },
+        )?;
+        for (ns, description) in namespaces {
+            self.ensure_internal(
+                META_NAMESPACE,
+                NamespaceSpec::TYPE,
+                ns,
+                &NamespaceSpec {
+                    description: description.clone(),
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Creates or refreshes a resource that stated itself owns.
+    fn ensure_internal<S: serde::Serialize>(&self, ns: &str, ty: &str, id: &str, spec: &S) -> Result<(), StateError> {
+        let bytes = cosi::resource::encode_spec(spec)
+            .map_err(|e| StateError::new(ErrorKind::Other, cosi::error::Chain(&e).to_string()))?;
+        let mut inner = lock(&self.inner);
+        match inner.get(ns, ty, id) {
+            Some(cur) if cur.spec == bytes => Ok(()),
+            Some(cur) => {
+                let mut r = (*cur).clone();
+                r.spec = bytes;
+                inner.update(r, STATED_OWNER, None).map(|_| ())
+            }
+            None => {
+                let r = RawResource {
+                    metadata: Metadata::new(ns, ty, id),
+                    spec: bytes,
+                    yaml_spec: String::new(),
+                };
+                inner.create(r, STATED_OWNER).map(|_| ())
+            }
+        }
+    }
+
+    /// The bookmark epoch of this run state.
+    pub fn epoch(&self) -> u64 {
+        lock(&self.inner).epoch
+    }
+
+    /// The sequence number of the last write.
+    pub fn seq(&self) -> u64 {
+        lock(&self.inner).seq
+    }
+
+    /// Gets one resource.
+    pub fn get(&self, ns: &str, ty: &str, id: &str) -> Result<Arc<RawResource>, StateError> {
+        lock(&self.inner).get(ns, ty, id).ok_or_else(|| not_found(ns, ty, id))
+    }
+
+    /// Lists matching resources of a kind, sorted by ID.
+    pub fn list(&self, ns: &str, ty: &str, filter: &Filter) -> Vec<Arc<RawResource>> {
+        let inner = lock(&self.inner);
+        let Some(c) = inner.collections.get(&(ns.to_string(), ty.to_string())) else {
+            return Vec::new();
+        };
+        c.items
+            .values()
+            .filter(|r| filter.matches(&r.metadata.id, &r.metadata.labels))
+            .cloned()
+            .collect()
+    }
+
+    /// Creates a resource; it is owned by `owner`.
+    pub fn create(&self, r: RawResource, owner: &str) -> Result<Arc<RawResource>, StateError> {
+        validate(&r)?;
+        let ns = r.metadata.namespace.clone();
+        let created = lock(&self.inner).create(r, owner)?;
+        self.ensure_namespace(&ns)?;
+        Ok(created)
+    }
+
+    /// Registers a namespace in `meta` when it is first written (standalone mode).
+    fn ensure_namespace(&self, ns: &str) -> Result<(), StateError> {
+        if ns == META_NAMESPACE {
+            return Ok(());
+        }
+        let exists = lock(&self.inner).get(META_NAMESPACE, NamespaceSpec::TYPE, ns).is_some();
+        if exists {
+            return Ok(());
+        }
+        match self.ensure_internal(META_NAMESPACE, NamespaceSpec::TYPE, ns, &NamespaceSpec::default()) {
+            Err(e) if e.is_conflict() => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Updates a resource (compare-and-set on its version).
+    pub fn update(&self, r: RawResource, owner: &str, expected_phase: Option<Phase>) -> Result<Arc<RawResource>, StateError> {
+        validate(&r)?;
+        lock(&self.inner).update(r, owner, expected_phase)
+    }
+
+    /// Destroys a resource that has no finalizers.
+    pub fn destroy(&self, ns: &str, ty: &str, id: &str, owner: &str) -> Result<(), StateError> {
+        lock(&self.inner).destroy(ns, ty, id, owner)
+    }
+
+    /// Marks a resource tearing down; returns whether it has no finalizers.
+    pub fn teardown(&self, ns: &str, ty: &str, id: &str, owner: &str) -> Result<bool, StateError> {
+        let mut inner = lock(&self.inner);
+        let cur = inner.get(ns, ty, id).ok_or_else(|| not_found(ns, ty, id))?;
+        if cur.metadata.owner != owner {
+            return Err(owner_conflict(&cur.metadata, owner));
+        }
+        let ready = cur.metadata.finalizers.is_empty();
+        if cur.metadata.phase != Phase::TearingDown {
+            let mut r = (*cur).clone();
+            r.metadata.phase = Phase::TearingDown;
+            inner.update(r, owner, None)?;
+        }
+        Ok(ready)
+    }
+
+    /// A receiver that changes whenever the kind is written (creating the collection if needed).
+    pub fn subscribe(&self, ns: &str, ty: &str) -> watch::Receiver<u64> {
+        let mut inner = lock(&self.inner);
+        let seq = inner.seq;
+        inner
+            .collections
+            .entry((ns.to_string(), ty.to_string()))
+            .or_insert_with(|| Collection::new(seq))
+            .notify
+            .subscribe()
+    }
+
+    /// Matching resources and the position they were read at, for a bootstrap.
+    pub fn snapshot(&self, ns: &str, ty: &str, filter: &Filter) -> (Vec<Arc<RawResource>>, u64) {
+        let inner = lock(&self.inner);
+        let seq = inner.seq;
+        let items = inner
+            .collections
+            .get(&(ns.to_string(), ty.to_string()))
+            .map(|c| {
+                c.items
+                    .values()
+                    .filter(|r| filter.matches(&r.metadata.id, &r.metadata.labels))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        (items, seq)
+    }
+
+    /// The current position.
+    pub fn position(&self) -> u64 {
+        lock(&self.inner).seq
+    }
+
+    /// Checks a bookmark; returns its position if events after it are still available.
+    pub fn resolve_bookmark(&self, ns: &str, ty: &str, bookmark: &[u8]) -> Result<u64, StateError> {
+        let invalid = |why: &str| StateError::new(ErrorKind::InvalidBookmark, format!("invalid bookmark: {why}"));
+        let (epoch, pos) = match bookmark {
+            [e @ .., _, _, _, _, _, _, _, _] if e.len() == 8 => {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&bookmark[..8]);
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&bookmark[8..]);
+                (u64::from_be_bytes(a), u64::from_be_bytes(b))
+            }
+            _ => return Err(invalid("malformed")),
+        };
+        let inner = lock(&self.inner);
+        if epoch != inner.epoch {
+            return Err(invalid("from another run of the node"));
+        }
+        if pos > inner.seq {
+            return Err(invalid("from the future"));
+        }
+        let floor = inner
+            .collections
+            .get(&(ns.to_string(), ty.to_string()))
+            .map_or(inner.seq, |c| c.floor);
+        if pos < floor {
+            return Err(invalid("expired"));
+        }
+        Ok(pos)
+    }
+
+    /// Start position to replay the last `n` events (of `id` if given) of a kind.
+    pub fn tail_start(&self, ns: &str, ty: &str, id: Option<&str>, n: usize) -> u64 {
+        let inner = lock(&self.inner);
+        let Some(c) = inner.collections.get(&(ns.to_string(), ty.to_string())) else {
+            return inner.seq;
+        };
+        let mut start = inner.seq;
+        let mut count = 0;
+        for e in c.history.iter().rev() {
+            if count == n {
+                break;
+            }
+            if id.is_none_or(|id| e.resource.metadata.id == id) {
+                count += 1;
+                start = e.seq - 1;
+            }
+        }
+        start
+    }
+
+    /// Events of a kind after `pos`, at most `max`; `Err` if the history no longer reaches back
+    /// to `pos` (the watcher fell behind: it must resume from a relist).
+    #[allow(clippy::result_unit_err)]
+    pub fn events_after(&self, ns: &str, ty: &str, pos: u64, max: usize) -> Result<(Vec<Arc<StoredEvent>>, u64), ()> {
+        let inner = lock(&self.inner);
+        let Some(c) = inner.collections.get(&(ns.to_string(), ty.to_string())) else {
+            return Ok((Vec::new(), pos));
+        };
+        if pos < c.floor {
+            return Err(());
+        }
+        let start = c.history.partition_point(|e| e.seq <= pos);
+        let out: Vec<_> = c.history.range(start..).take(max).cloned().collect();
+        let next = out.last().map_or(pos, |e| e.seq);
+        Ok((out, next))
+    }
+
+    /// Number of stored resources.
+    pub fn len(&self) -> usize {
+        lock(&self.inner).resources
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn durable_names(
+    state_dir: Option<&Path>,
+    declared: &[(String, String)],
+    is_durable: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut names: Vec<String> = declared.iter().map(|(n, _)| n.clone()).filter(|n| is_durable(n)).collect();
+    if let Some(dir) = state_dir {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if let Some(n) = e.file_name().to_str().and_then(|n| n.strip_suffix(".ns")) {
+                    if is_durable(n) && !names.iter().any(|x| x == n) {
+                        names.push(n.to_string());
+                    }
+                }
+            }
+        }
+    }
+    names
+}
+
+impl Inner {
+    fn get(&self, ns: &str, ty: &str, id: &str) -> Option<Arc<RawResource>> {
+        self.collections
+            .get(&(ns.to_string(), ty.to_string()))
+            .and_then(|c| c.items.get(id))
+            .cloned()
+    }
+
+    fn namespace_items<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a RawResource> + 'a {
+        let mut kinds: Vec<&Kind> = self.collections.keys().filter(|k| k.0 == ns).collect();
+        kinds.sort();
+        kinds
+            .into_iter()
+            .flat_map(move |k| self.collections[k].items.values().map(|r| r.as_ref()))
+    }
+
+    /// Inserts a loaded resource (no event, no persistence).
+    fn load(&mut self, r: RawResource, floor: u64) {
+        let kind = kind_of(&r.metadata);
+        let c = self.collections.entry(kind).or_insert_with(|| Collection::new(floor));
+        if c.items.insert(r.metadata.id.clone(), Arc::new(r)).is_none() {
+            self.resources += 1;
+        }
+    }
+
+    /// Re-applies a log record on load, rebuilding the history.
+    fn replay(&mut self, rec: Record) -> Result<(), StateError> {
+        let seq = rec.seq;
+        match rec.resource {
+            Some(r) => {
+                let r = Arc::new(RawResource::from_proto(r)?);
+                let old = self.get(&r.metadata.namespace, &r.metadata.r#type, &r.metadata.id);
+                let kind = if old.is_some() { EventKind::Updated } else { EventKind::Created };
+                self.apply(seq, kind, r, old);
+            }
+            None => {
+                if let Some(old) = self.get(&rec.namespace, &rec.r#type, &rec.id) {
+                    self.apply(seq, EventKind::Destroyed, old, None);
+                }
+            }
+        }
+        self.seq = self.seq.max(seq);
+        Ok(())
+    }
+
+    /// Applies a write in memory: item, history, notification.
+    fn apply(&mut self, seq: u64, kind: EventKind, r: Arc<RawResource>, old: Option<Arc<RawResource>>) {
+        let key = kind_of(&r.metadata);
+        let cap = self.history_cap;
+        let floor = self.seq;
+        let c = self.collections.entry(key).or_insert_with(|| Collection::new(floor));
+        match kind {
+            EventKind::Created | EventKind::Updated => {
+                if c.items.insert(r.metadata.id.clone(), r.clone()).is_none() {
+                    self.resources += 1;
+                }
+            }
+            EventKind::Destroyed => {
+                if c.items.remove(&r.metadata.id).is_some() {
+                    self.resources -= 1;
+                }
+            }
+        }
+        c.history.push_back(Arc::new(StoredEvent {
+            seq,
+            kind,
+            resource: r,
+            old,
+        }));
+        while c.history.len() > cap {
+            if let Some(e) = c.history.pop_front() {
+                c.floor = e.seq;
+            }
+        }
+        c.notify.send_replace(seq);
+    }
+
+    /// Persists then applies a write. Nothing changes in memory if persisting fails.
+    fn commit(&mut self, kind: EventKind, r: Arc<RawResource>, old: Option<Arc<RawResource>>) -> Result<(), StateError> {
+        let seq = self.seq + 1;
+        let ns = r.metadata.namespace.clone();
+        if (self.durable_namespaces)(&ns) {
+            if let Some(d) = &self.durable {
+                let id = &r.metadata.id;
+                let ty = &r.metadata.r#type;
+                let others = self
+                    .namespace_items(&ns)
+                    .filter(|x| !(x.metadata.r#type == *ty && x.metadata.id == *id));
+                let mut all: Vec<&RawResource> = others.collect();
+                if kind != EventKind::Destroyed {
+                    all.push(&r);
+                }
+                d.write(&ns, all.into_iter()).map_err(persist_error)?;
+            }
+        }
+        if let Some(run) = self.run.as_mut() {
+            let rec = match kind {
+                EventKind::Destroyed => Record {
+                    seq,
+                    resource: None,
+                    namespace: r.metadata.namespace.clone(),
+                    r#type: r.metadata.r#type.clone(),
+                    id: r.metadata.id.clone(),
+                },
+                _ => Record {
+                    seq,
+                    resource: Some(r.to_proto()),
+                    ..Default::default()
+                },
+            };
+            let mut buf = Vec::new();
+            frame(&rec, &mut buf);
+            run.append(&buf).map_err(persist_error)?;
+            self.log_records += 1;
+        }
+        self.seq = seq;
+        self.apply(seq, kind, r, old);
+        if self.log_records > 100_000 && self.log_records > 2 * self.resources {
+            if let Err(e) = self.compact() {
+                tracing::warn!(error = %cosi::error::Chain(&e), "log compaction failed; will retry");
+            }
+        }
+        Ok(())
+    }
+
+    fn compact(&mut self) -> Result<(), PersistError> {
+        let header = Header {
+            seq: self.seq,
+            epoch: self.epoch,
+        };
+        let Some(mut run) = self.run.take() else {
+            return Ok(());
+        };
+        let result = run.compact(&header, self.collections.values().flat_map(|c| c.items.values().map(|r| r.as_ref())));
+        self.run = Some(run);
+        if result.is_ok() {
+            self.log_records = 0;
+        }
+        result
+    }
+
+    fn create(&mut self, mut r: RawResource, owner: &str) -> Result<Arc<RawResource>, StateError> {
+        let md = &r.metadata;
+        if self.get(&md.namespace, &md.r#type, &md.id).is_some() {
+            return Err(StateError::new(
+                ErrorKind::AlreadyExists,
+                format!("resource {}/{}/{} already exists", md.namespace, md.r#type, md.id),
+            ));
+        }
+        let now = SystemTime::now();
+        r.metadata.version = 1;
+        r.metadata.owner = owner.to_string();
+        r.metadata.created = Some(now);
+        r.metadata.updated = Some(now);
+        let r = Arc::new(r);
+        self.commit(EventKind::Created, r.clone(), None)?;
+        Ok(r)
+    }
+
+    fn update(&mut self, mut r: RawResource, owner: &str, expected_phase: Option<Phase>) -> Result<Arc<RawResource>, StateError> {
+        let md = &r.metadata;
+        let cur = self
+            .get(&md.namespace, &md.r#type, &md.id)
+            .ok_or_else(|| not_found(&md.namespace, &md.r#type, &md.id))?;
+        if cur.metadata.owner != owner {
+            return Err(owner_conflict(&cur.metadata, owner));
+        }
+        if let Some(p) = expected_phase {
+            if cur.metadata.phase != p {
+                return Err(StateError::new(
+                    ErrorKind::PhaseConflict,
+                    format!(
+                        "{PHASE_PREFIX}: resource {}/{}/{} is {}, expected {}",
+                        md.namespace,
+                        md.r#type,
+                        md.id,
+                        cur.metadata.phase.as_str(),
+                        p.as_str()
+                    ),
+                ));
+            }
+        }
+        if md.version != cur.metadata.version {
+            return Err(StateError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "resource {}/{}/{} update conflict: expected version {}, current {}",
+                    md.namespace, md.r#type, md.id, md.version, cur.metadata.version
+                ),
+            ));
+        }
+        r.metadata.version = cur.metadata.version + 1;
+        r.metadata.owner = cur.metadata.owner.clone();
+        r.metadata.created = cur.metadata.created;
+        r.metadata.updated = Some(SystemTime::now());
+        let r = Arc::new(r);
+        self.commit(EventKind::Updated, r.clone(), Some(cur))?;
+        Ok(r)
+    }
+
+    fn destroy(&mut self, ns: &str, ty: &str, id: &str, owner: &str) -> Result<(), StateError> {
+        let cur = self.get(ns, ty, id).ok_or_else(|| not_found(ns, ty, id))?;
+        if cur.metadata.owner != owner {
+            return Err(owner_conflict(&cur.metadata, owner));
+        }
+        if !cur.metadata.finalizers.is_empty() {
+            return Err(StateError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "resource {ns}/{ty}/{id} has pending finalizers: {}",
+                    cur.metadata.finalizers.iter().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        self.commit(EventKind::Destroyed, cur, None)
+    }
+}
