@@ -24,6 +24,7 @@ pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 pub struct Client {
     inner: StateClient<Channel>,
     path: PathBuf,
+    read_retry: Duration,
 }
 
 /// Filters of List and kind watches.
@@ -151,7 +152,38 @@ impl Client {
         let inner = StateClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
-        Ok(Self { inner, path })
+        Ok(Self {
+            inner,
+            path,
+            read_retry: Duration::from_secs(2),
+        })
+    }
+
+    /// How long reads (Get, List) retry while stated is unavailable, e.g. restarting
+    /// (default 2 s). Writes are never retried here: whether an interrupted write took effect is
+    /// for the caller to find out.
+    #[must_use]
+    pub fn with_read_retry(mut self, d: Duration) -> Self {
+        self.read_retry = d;
+        self
+    }
+
+    async fn retry_read<T, F, Fut>(&self, f: F) -> Result<T, StateError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StateError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.read_retry;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match f().await {
+                Err(e) if e.is_unavailable() && tokio::time::Instant::now() + backoff < deadline => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The socket path.
@@ -166,6 +198,10 @@ impl Client {
         r#type: &str,
         id: &str,
     ) -> Result<RawResource, StateError> {
+        self.retry_read(|| self.get_once(namespace, r#type, id)).await
+    }
+
+    async fn get_once(&self, namespace: &str, r#type: &str, id: &str) -> Result<RawResource, StateError> {
         let resp = self
             .inner
             .clone()
@@ -197,6 +233,10 @@ impl Client {
         r#type: &str,
         query: &Query,
     ) -> Result<Vec<RawResource>, StateError> {
+        self.retry_read(|| self.list_once(namespace, r#type, query)).await
+    }
+
+    async fn list_once(&self, namespace: &str, r#type: &str, query: &Query) -> Result<Vec<RawResource>, StateError> {
         let mut stream = self
             .inner
             .clone()

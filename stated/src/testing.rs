@@ -3,8 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::runtime::Runtime;
 
 use crate::{Config, Manifest, Store};
 
@@ -19,8 +18,7 @@ pub struct Harness {
     /// The store, for assertions that bypass the API.
     pub store: Arc<Store>,
     dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    runtime: Option<Runtime>,
 }
 
 impl Harness {
@@ -31,26 +29,31 @@ impl Harness {
 
     /// Starts a stated with a manifest.
     pub async fn start_with(manifest: Option<Manifest>) -> Self {
+        Self::start_configured(|c| c.manifest = manifest).await
+    }
+
+    /// Starts a stated after `f` has adjusted its configuration.
+    pub async fn start_configured(f: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("stated-test")
             .tempdir()
             .expect("temporary directory");
-        let config = Config {
+        let mut config = Config {
             socket: dir.path().join("state.sock"),
             state_dir: dir.path().join("state"),
             run_dir: dir.path().join("run"),
-            manifest,
+            manifest: None,
             history: crate::store::DEFAULT_HISTORY,
         };
-        let (store, stop, task) = spawn(&config).await;
+        f(&mut config);
+        let (store, runtime) = spawn(&config);
         Self {
             client: cosi::Client::new(&config.socket).expect("client"),
             socket: config.socket.clone(),
             store,
             config,
             dir,
-            stop: Some(stop),
-            task: Some(task),
+            runtime: Some(runtime),
         }
     }
 
@@ -59,49 +62,49 @@ impl Harness {
         self.dir.path()
     }
 
-    /// Stops the server, as a crash would (no flush beyond what every write already did).
+    /// Stops the server as a crash would: every connection and task of it is dropped, nothing
+    /// is flushed beyond what every write already did.
     pub async fn stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = task.await;
+        if let Some(rt) = self.runtime.take() {
+            let _ = tokio::task::spawn_blocking(move || rt.shutdown_timeout(std::time::Duration::from_secs(5))).await;
         }
     }
 
     /// Restarts the server on the same socket and state, as init restarts stated in place.
     pub async fn restart(&mut self) {
         self.stop().await;
-        let (store, stop, task) = spawn(&self.config).await;
+        let (store, runtime) = spawn(&self.config);
         self.store = store;
-        self.stop = Some(stop);
-        self.task = Some(task);
+        self.runtime = Some(runtime);
     }
 }
 
-async fn spawn(config: &Config) -> (Arc<Store>, oneshot::Sender<()>, JoinHandle<()>) {
+/// Runs the server on a runtime of its own, so that stopping it drops every connection as the
+/// death of a process would.
+fn spawn(config: &Config) -> (Arc<Store>, Runtime) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("stated-harness")
+        .enable_all()
+        .build()
+        .expect("harness runtime");
     let store = Arc::new(crate::open_store(config).expect("open store"));
-    let listener = crate::bind(&config.socket).expect("bind");
-    let (tx, rx) = oneshot::channel();
+    let listener = {
+        let _guard = rt.enter();
+        crate::bind(&config.socket).expect("bind")
+    };
     let cfg = config.clone();
     let s = store.clone();
-    let task = tokio::spawn(async move {
-        let _ = crate::serve(s, &cfg, listener, async {
-            let _ = rx.await;
-        })
-        .await;
+    rt.spawn(async move {
+        let _ = crate::serve(s, &cfg, listener, std::future::pending()).await;
     });
-    (store, tx, task)
+    (store, rt)
 }
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
         }
     }
 }

@@ -177,7 +177,10 @@ impl Context {
     /// # Errors
     ///
     /// As [`apply`](Self::apply).
-    pub async fn apply_raw(&mut self, resource: RawResource) -> Result<RawResource, ReconcileError> {
+    pub async fn apply_raw(
+        &mut self,
+        resource: RawResource,
+    ) -> Result<RawResource, ReconcileError> {
         let spec = resource.spec.clone();
         self.apply_with(resource, |stored| stored == spec.as_slice())
             .await
@@ -480,7 +483,11 @@ impl Context {
                 }
                 let ready = match md.phase {
                     Phase::Running => {
-                        match self.client.teardown(&namespace, &r#type, &md.id, self.name).await {
+                        match self
+                            .client
+                            .teardown(&namespace, &r#type, &md.id, self.name)
+                            .await
+                        {
                             Ok(ready) => ready,
                             Err(e) if e.is_not_found() => continue,
                             Err(e) => return Err(e.into()),
@@ -493,7 +500,11 @@ impl Context {
                     self.pending.insert((namespace.clone(), r#type.clone()));
                     continue;
                 }
-                match self.client.destroy(&namespace, &r#type, &md.id, self.name).await {
+                match self
+                    .client
+                    .destroy(&namespace, &r#type, &md.id, self.name)
+                    .await
+                {
                     Ok(()) => tracing::debug!(resource = %md.pointer(), "output destroyed"),
                     Err(e) if e.is_not_found() => {}
                     Err(e) if e.kind() == ErrorKind::Conflict => {
@@ -583,8 +594,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn checks_allow_declared_access() {
+    #[tokio::test]
+    async fn checks_allow_declared_access() {
         let c = ctx();
         assert!(c.check_read("a", In::TYPE, Some("one")).is_ok());
         assert!(c.check_read("s", In::TYPE, None).is_ok());
@@ -593,8 +604,8 @@ mod tests {
         assert!(c.check_write(Out::TYPE).is_ok());
     }
 
-    #[test]
-    fn poll_only_for_unwatched_pending_kinds() {
+    #[tokio::test]
+    async fn poll_only_for_unwatched_pending_kinds() {
         let mut c = ctx();
         assert!(!c.needs_poll());
         c.pending.insert(("s".into(), In::TYPE.into()));

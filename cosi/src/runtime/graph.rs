@@ -97,11 +97,11 @@ impl DependencyGraph {
     /// exclusive outputs are bold, weak inputs dotted, ID-narrowed inputs labelled with the ID.
     /// Destroy-ready inputs are left out, as upstream, to reduce clutter.
     pub fn to_dot(&self) -> String {
-        let mut ids: BTreeMap<(bool, &str), usize> = BTreeMap::new();
+        let mut ids: BTreeMap<(bool, String), usize> = BTreeMap::new();
         let mut nodes = String::new();
         let mut node = |is_type: bool, label: &str, nodes: &mut String| -> usize {
             let next = ids.len() + 1;
-            let id = *ids.entry((is_type, label)).or_insert(next);
+            let id = *ids.entry((is_type, label.to_string())).or_insert(next);
             if id == next {
                 let label = escape(label);
                 let _ = if is_type {
@@ -122,11 +122,10 @@ impl DependencyGraph {
             }
             let c = node(false, &e.controller, &mut nodes);
             let t = node(true, &e.r#type, &mut nodes);
-            let label = e
-                .id
-                .as_deref()
-                .map(|id| format!("label=\"{}\",", escape(id)))
-                .unwrap_or_default();
+            let label =
+                e.id.as_deref()
+                    .map(|id| format!("label=\"{}\",", escape(id)))
+                    .unwrap_or_default();
             let _ = match e.kind {
                 EdgeKind::OutputExclusive => writeln!(edges, "\tn{c}->n{t}[style=\"bold\"];"),
                 EdgeKind::OutputShared => writeln!(edges, "\tn{c}->n{t}[style=\"solid\"];"),
@@ -154,7 +153,11 @@ mod tests {
             "network.LinkStatusController",
             &[
                 Input::new("network", "LinkSpecs.net.talos.dev", InputKind::Weak),
-                Input::new("network", "LinkStatuses.net.talos.dev", InputKind::DestroyReady),
+                Input::new(
+                    "network",
+                    "LinkStatuses.net.talos.dev",
+                    InputKind::DestroyReady,
+                ),
             ],
             &[Output::new(
                 "network",
@@ -164,7 +167,10 @@ mod tests {
         );
         g.add_controller(
             "network.AddressStatusController",
-            &[Input::new("network", "LinkStatuses.net.talos.dev", InputKind::Strong).with_id("eth0")],
+            &[
+                Input::new("network", "LinkStatuses.net.talos.dev", InputKind::Strong)
+                    .with_id("eth0"),
+            ],
             &[Output::new(
                 "network",
                 "AddressStatuses.net.talos.dev",

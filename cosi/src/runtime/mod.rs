@@ -239,3 +239,126 @@ impl Runtime {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::ResourceSpec;
+
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct A;
+    impl ResourceSpec for A {
+        const TYPE: &'static str = "As.test.talos.dev";
+        const DEFAULT_NAMESPACE: &'static str = "test";
+    }
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct B;
+    impl ResourceSpec for B {
+        const TYPE: &'static str = "Bs.test.talos.dev";
+        const DEFAULT_NAMESPACE: &'static str = "test";
+    }
+
+    /// A controller written with a plain `async fn`, as implementors may.
+    struct Ctl {
+        name: &'static str,
+        output: OutputKind,
+        inputs: Vec<Input>,
+    }
+
+    impl Controller for Ctl {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn inputs(&self) -> Vec<Input> {
+            self.inputs.clone()
+        }
+        fn outputs(&self) -> Vec<Output> {
+            vec![Output::new("test", B::TYPE, self.output)]
+        }
+        async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+            let _ = ctx.list::<A>("test").await?;
+            Ok(Action::AwaitChange)
+        }
+    }
+
+    fn ctl(name: &'static str, output: OutputKind) -> Ctl {
+        Ctl {
+            name,
+            output,
+            inputs: vec![Input::weak::<A>("test")],
+        }
+    }
+
+    #[test]
+    fn registration_conflicts() {
+        let mut r = Registry::new();
+        r.register(ctl("a", OutputKind::Exclusive)).expect("first");
+        assert!(matches!(
+            r.register(ctl("a", OutputKind::Shared)),
+            Err(RuntimeError::DuplicateController { .. })
+        ));
+        let e = r
+            .register(ctl("b", OutputKind::Exclusive))
+            .expect_err("two exclusive writers");
+        assert!(matches!(&e, RuntimeError::OutputConflict { existing, .. } if existing == "a"));
+        assert!(matches!(
+            r.register(ctl("c", OutputKind::Shared)),
+            Err(RuntimeError::OutputConflict { .. })
+        ));
+
+        let mut r = Registry::new();
+        r.register(ctl("a", OutputKind::Shared)).expect("shared");
+        r.register(ctl("b", OutputKind::Shared))
+            .expect("shared twice");
+        assert!(matches!(
+            r.register(ctl("c", OutputKind::Exclusive)),
+            Err(RuntimeError::OutputConflict { .. })
+        ));
+        let mut dup = ctl("d", OutputKind::Shared);
+        dup.inputs.push(Input::strong::<A>("test"));
+        assert!(matches!(
+            r.register(dup),
+            Err(RuntimeError::DuplicateInput { .. })
+        ));
+        let mut by_id = ctl("e", OutputKind::Shared);
+        by_id.inputs.push(Input::strong::<A>("test").with_id("x"));
+        r.register(by_id)
+            .expect("an ID-narrowed input is another input");
+        assert_eq!(r.names().collect::<Vec<_>>(), ["a", "b", "e"]);
+    }
+
+    #[test]
+    fn graph_without_stated_or_tokio() {
+        let mut r = Registry::new();
+        r.register(ctl("a", OutputKind::Exclusive))
+            .expect("register");
+        let g = r.dependency_graph();
+        assert_eq!(
+            g.edges
+                .iter()
+                .map(|e| (e.kind, e.r#type.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (EdgeKind::OutputExclusive, B::TYPE),
+                (EdgeKind::InputWeak, A::TYPE)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn run_stops_on_shutdown_even_without_stated() {
+        let client = Client::new("/nonexistent/stated.sock").expect("lazy client");
+        let mut rt = Runtime::new(client);
+        rt.register(ctl("a", OutputKind::Exclusive))
+            .expect("register");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(rt.run(rx));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tx.send(()).expect("runtime listens");
+        tokio::time::timeout(std::time::Duration::from_secs(5), run)
+            .await
+            .expect("stops in time")
+            .expect("no panic")
+            .expect("ok");
+    }
+}

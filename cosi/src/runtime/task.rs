@@ -135,9 +135,7 @@ mod tests {
     #[test]
     fn backoff_doubles_caps_and_resets() {
         let mut b = Backoff::new(RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX);
-        let delays: Vec<u64> = (0..11)
-            .map(|_| b.next_delay().as_millis() as u64)
-            .collect();
+        let delays: Vec<u64> = (0..11).map(|_| b.next_delay().as_millis() as u64).collect();
         assert_eq!(
             delays,
             [100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]

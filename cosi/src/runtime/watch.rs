@@ -26,9 +26,7 @@ impl Subscriber {
         }
         match self.kind {
             InputKind::Weak | InputKind::Strong => true,
-            InputKind::DestroyReady => {
-                md.phase == Phase::TearingDown && md.finalizers.is_empty()
-            }
+            InputKind::DestroyReady => md.phase == Phase::TearingDown && md.finalizers.is_empty(),
         }
     }
 }
@@ -134,11 +132,17 @@ mod tests {
         assert!(by_id.try_recv().is_err());
         assert!(dr.try_recv().is_err());
 
-        dispatch(&subs, &event(EventKind::Updated, "b", Phase::TearingDown, &["f"]));
+        dispatch(
+            &subs,
+            &event(EventKind::Updated, "b", Phase::TearingDown, &["f"]),
+        );
         assert!(by_id.try_recv().is_ok());
         assert!(dr.try_recv().is_err(), "finalizers remain");
 
-        dispatch(&subs, &event(EventKind::Updated, "b", Phase::TearingDown, &[]));
+        dispatch(
+            &subs,
+            &event(EventKind::Updated, "b", Phase::TearingDown, &[]),
+        );
         assert!(dr.try_recv().is_ok());
 
         dispatch(&subs, &event(EventKind::Noop, "", Phase::Running, &[]));

@@ -1,0 +1,601 @@
+//! The controller runtime against a real stated in-process: reconcile, coalescing, output
+//! cleanup, restarts with backoff, adoption after a daemon restart, resync after a stated
+//! restart, and the generic transform and merge controllers.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cosi::generic::{Layered, LayeredMerge, MergeController, Transform, TransformController};
+use cosi::runtime::{
+    Action, Context, Controller, EdgeKind, Input, Output, ReconcileError, Registry, Runtime,
+    RuntimeError,
+};
+use cosi::{Client, Resource, ResourceSpec};
+use serde::{Deserialize, Serialize};
+use stated::testing::Harness;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+// ---- resource types -------------------------------------------------------------------------
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Num {
+    value: i64,
+}
+impl ResourceSpec for Num {
+    const TYPE: &'static str = "Nums.test.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = "in";
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Doubled {
+    value: i64,
+}
+impl ResourceSpec for Doubled {
+    const TYPE: &'static str = "Doubleds.test.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = "out";
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Flag {
+    ok: bool,
+}
+impl ResourceSpec for Flag {
+    const TYPE: &'static str = "Flags.test.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = "out";
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Candidate {
+    key: String,
+    layer: u8,
+    value: String,
+}
+impl ResourceSpec for Candidate {
+    const TYPE: &'static str = "Candidates.test.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = "merged";
+}
+impl Layered for Candidate {
+    type Layer = u8;
+    fn layer(&self) -> u8 {
+        self.layer
+    }
+    fn merge_key(&self) -> String {
+        self.key.clone()
+    }
+}
+
+// ---- controllers ----------------------------------------------------------------------------
+
+/// Doubles every Num in `in` into a Doubled of the same ID in `out`.
+struct DoubleController {
+    reconciles: Arc<AtomicUsize>,
+    /// Reconciles wait here while the gate is closed (`false`).
+    gate: Option<watch::Receiver<bool>>,
+}
+
+impl DoubleController {
+    fn new() -> (Self, Arc<AtomicUsize>) {
+        let reconciles = Arc::new(AtomicUsize::new(0));
+        (
+            Self {
+                reconciles: reconciles.clone(),
+                gate: None,
+            },
+            reconciles,
+        )
+    }
+}
+
+impl Controller for DoubleController {
+    fn name(&self) -> &'static str {
+        "test.DoubleController"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![
+            Input::weak::<Num>("in"),
+            Input::destroy_ready::<Doubled>("out"),
+        ]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive::<Doubled>()]
+    }
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        if let Some(gate) = self.gate.as_mut() {
+            let _ = gate.wait_for(|open| *open).await;
+        }
+        self.reconciles.fetch_add(1, Ordering::SeqCst);
+        for n in ctx.list::<Num>("in").await? {
+            ctx.apply(Resource::new(
+                "out",
+                n.id(),
+                Doubled {
+                    value: n.spec.value * 2,
+                },
+            ))
+            .await?;
+        }
+        Ok(Action::AwaitChange)
+    }
+}
+
+/// Fails its first attempts (panics on odd ones, errors on even ones), then writes a Flag.
+struct FlakyController {
+    attempts: Arc<Mutex<Vec<Instant>>>,
+    failures: usize,
+}
+
+impl Controller for FlakyController {
+    fn name(&self) -> &'static str {
+        "test.FlakyController"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak::<Num>("in")]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive::<Flag>()]
+    }
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let attempt = {
+            let mut a = self.attempts.lock().expect("lock");
+            a.push(Instant::now());
+            a.len()
+        };
+        if attempt <= self.failures {
+            if attempt % 2 == 1 {
+                panic!("flaky attempt {attempt}");
+            }
+            return Err(ReconcileError::other(format!("flaky attempt {attempt}")));
+        }
+        ctx.apply(Resource::new("out", "flag", Flag { ok: true }))
+            .await?;
+        Ok(Action::AwaitChange)
+    }
+}
+
+/// Writes a type it did not declare.
+struct Trespasser;
+
+impl Controller for Trespasser {
+    fn name(&self) -> &'static str {
+        "test.Trespasser"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::shared::<Candidate>().in_namespace("elsewhere")]
+    }
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        ctx.apply(Resource::new("out", "x", Doubled { value: 0 }))
+            .await?;
+        Ok(Action::AwaitChange)
+    }
+}
+
+/// Num in `in` → Doubled in `tout`, skipping the ID `skip`.
+struct DoubleTransform;
+
+impl Transform for DoubleTransform {
+    type Input = Num;
+    type Output = Doubled;
+    fn name(&self) -> &'static str {
+        "test.DoubleTransform"
+    }
+    fn input_namespace(&self) -> &str {
+        "in"
+    }
+    fn output_namespace(&self) -> &str {
+        "tout"
+    }
+    fn map_id(&self, input: &Resource<Num>) -> Option<String> {
+        (input.id() != "skip").then(|| format!("t-{}", input.id()))
+    }
+    fn transform(&self, input: &Resource<Num>) -> Result<Doubled, ReconcileError> {
+        if input.spec.value < 0 {
+            return Err(ReconcileError::other("negative"));
+        }
+        Ok(Doubled {
+            value: input.spec.value * 2,
+        })
+    }
+}
+
+// ---- helpers --------------------------------------------------------------------------------
+
+const DEADLINE: Duration = Duration::from_secs(15);
+
+/// Polls `f` until it returns `Some`, or panics after the deadline saying what was awaited.
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn get<S: ResourceSpec>(c: &Client, ns: &str, id: &str) -> Option<Resource<S>> {
+    match c.get_typed::<S>(ns, id).await {
+        Ok(r) => Some(r),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => panic!("get {ns}/{id}: {e}"),
+    }
+}
+
+/// Waits until `ns/id` of `S` has `spec`.
+async fn expect_spec<S: ResourceSpec>(c: &Client, ns: &str, id: &str, spec: S) -> Resource<S> {
+    eventually(&format!("{ns}/{id} = {spec:?}"), || async {
+        get::<S>(c, ns, id).await.filter(|r| r.spec == spec)
+    })
+    .await
+}
+
+/// Waits until `ns/id` of `S` is gone.
+async fn expect_gone<S: ResourceSpec>(c: &Client, ns: &str, id: &str) {
+    eventually(&format!("{ns}/{id} destroyed"), || async {
+        get::<S>(c, ns, id).await.is_none().then_some(())
+    })
+    .await
+}
+
+async fn put<S: ResourceSpec>(c: &Client, ns: &str, id: &str, spec: S) {
+    let r = Resource::new(ns, id, spec).to_raw().expect("encode");
+    match c.get(ns, S::TYPE, id).await {
+        Ok(cur) => {
+            let mut r = r;
+            r.metadata.version = cur.metadata.version;
+            c.update(&r, "", None).await.expect("update");
+        }
+        Err(e) if e.is_not_found() => {
+            c.create(&r, "").await.expect("create");
+        }
+        Err(e) => panic!("get: {e}"),
+    }
+}
+
+/// A runtime running in a task, stopped by [`Running::stop`].
+struct Running {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), RuntimeError>>,
+}
+
+fn spawn(rt: Runtime) -> Running {
+    let (stop, rx) = oneshot::channel::<()>();
+    Running {
+        stop: Some(stop),
+        task: tokio::spawn(rt.run(rx)),
+    }
+}
+
+impl Running {
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .expect("runtime stops in time")
+            .expect("runtime task")
+            .expect("runtime ends cleanly");
+    }
+
+    fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciles_inputs_into_outputs_and_destroys_unasserted_ones() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    put(c, "in", "a", Num { value: 1 }).await;
+    put(c, "in", "b", Num { value: 2 }).await;
+
+    let mut rt = Runtime::new(c.clone());
+    let (ctl, _) = DoubleController::new();
+    rt.register(ctl).expect("register");
+    let running = spawn(rt);
+
+    let a = expect_spec(c, "out", "a", Doubled { value: 2 }).await;
+    assert_eq!(a.metadata.owner, "test.DoubleController");
+    expect_spec(c, "out", "b", Doubled { value: 4 }).await;
+
+    // A change and a new input.
+    put(c, "in", "a", Num { value: 10 }).await;
+    put(c, "in", "c", Num { value: 3 }).await;
+    expect_spec(c, "out", "a", Doubled { value: 20 }).await;
+    expect_spec(c, "out", "c", Doubled { value: 6 }).await;
+
+    // An input removed: its output is no longer asserted and is destroyed.
+    c.destroy("in", Num::TYPE, "b", "").await.expect("destroy");
+    expect_gone::<Doubled>(c, "out", "b").await;
+
+    // An output somebody holds a finalizer on stays tearing down until it is released, and the
+    // controller (destroy-ready input on its outputs) then destroys it.
+    c.add_finalizer("out", Doubled::TYPE, "c", "holder")
+        .await
+        .expect("finalizer");
+    c.destroy("in", Num::TYPE, "c", "").await.expect("destroy");
+    eventually("out/c tearing down", || async {
+        get::<Doubled>(c, "out", "c")
+            .await
+            .filter(|r| r.metadata.phase == cosi::Phase::TearingDown)
+    })
+    .await;
+    c.remove_finalizer("out", Doubled::TYPE, "c", "holder")
+        .await
+        .expect("release");
+    expect_gone::<Doubled>(c, "out", "c").await;
+    assert!(get::<Doubled>(c, "out", "a").await.is_some());
+
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_writes_is_coalesced_into_few_reconciles() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let mut rt = Runtime::new(c.clone());
+    let (mut ctl, reconciles) = DoubleController::new();
+    let (gate, rx) = watch::channel(true);
+    ctl.gate = Some(rx);
+    rt.register(ctl).expect("register");
+    let running = spawn(rt);
+
+    // The start-up reconciles (initial wake-up, watch established) are done once an input
+    // written now is reflected.
+    put(c, "in", "warmup", Num { value: 0 }).await;
+    expect_spec(c, "out", "warmup", Doubled { value: 0 }).await;
+    let before = reconciles.load(Ordering::SeqCst);
+
+    // Hold the controller in its next reconcile while 100 writes land.
+    gate.send_replace(false);
+    for i in 0..50 {
+        put(c, "in", &format!("n{i}"), Num { value: i }).await;
+    }
+    for i in 0..50 {
+        put(c, "in", &format!("n{i}"), Num { value: 1000 + i }).await;
+    }
+    gate.send_replace(true);
+
+    for i in 0..50 {
+        expect_spec(
+            c,
+            "out",
+            &format!("n{i}"),
+            Doubled {
+                value: 2 * (1000 + i),
+            },
+        )
+        .await;
+    }
+    let during = reconciles.load(Ordering::SeqCst) - before;
+    assert!(
+        (1..=10).contains(&during),
+        "100 writes caused {during} reconciles"
+    );
+    let outputs = c.list_typed::<Doubled>("out").await.expect("list");
+    assert_eq!(outputs.len(), 51);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_controller_is_retried_with_backoff_while_siblings_run() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let mut rt = Runtime::new(c.clone());
+    rt.register(FlakyController {
+        attempts: attempts.clone(),
+        failures: 4,
+    })
+    .expect("register flaky");
+    let (ctl, _) = DoubleController::new();
+    rt.register(ctl).expect("register sibling");
+    rt.register(Trespasser).expect("register trespasser");
+    let running = spawn(rt);
+
+    // The sibling works while the flaky controller panics and fails.
+    put(c, "in", "a", Num { value: 1 }).await;
+    expect_spec(c, "out", "a", Doubled { value: 2 }).await;
+
+    // After four failures (two panics, two errors) the flaky controller succeeds.
+    expect_spec(c, "out", "flag", Flag { ok: true }).await;
+    let times = attempts.lock().expect("lock").clone();
+    assert!(times.len() >= 5, "{} attempts", times.len());
+    let gaps: Vec<Duration> = times.windows(2).take(4).map(|w| w[1] - w[0]).collect();
+    for (gap, min_ms) in gaps.iter().zip([100u64, 200, 400, 800]) {
+        assert!(
+            *gap >= Duration::from_millis(min_ms * 9 / 10),
+            "backoff gaps {gaps:?} should double from 100 ms"
+        );
+    }
+
+    // The runtime is still there, and so is the sibling.
+    put(c, "in", "b", Num { value: 5 }).await;
+    expect_spec(c, "out", "b", Doubled { value: 10 }).await;
+    assert!(running.is_running());
+
+    // The trespasser never wrote outside its outputs.
+    assert!(get::<Doubled>(c, "out", "x").await.is_none());
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_runtime_adopts_its_outputs_without_churn() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    for (id, v) in [("a", 1), ("b", 2), ("gone", 3)] {
+        put(c, "in", id, Num { value: v }).await;
+    }
+    let mut rt = Runtime::new(c.clone());
+    rt.register(DoubleController::new().0).expect("register");
+    let first = spawn(rt);
+    let a = expect_spec(c, "out", "a", Doubled { value: 2 }).await;
+    let b = expect_spec(c, "out", "b", Doubled { value: 4 }).await;
+    expect_spec(c, "out", "gone", Doubled { value: 6 }).await;
+    first.stop().await;
+
+    // While the daemon is down an input goes away.
+    c.destroy("in", Num::TYPE, "gone", "").await.expect("destroy");
+
+    let mut rt = Runtime::new(c.clone());
+    let (ctl, reconciles) = DoubleController::new();
+    rt.register(ctl).expect("register");
+    let second = spawn(rt);
+    put(c, "in", "new", Num { value: 7 }).await;
+    expect_spec(c, "out", "new", Doubled { value: 14 }).await;
+    expect_gone::<Doubled>(c, "out", "gone").await;
+    assert!(reconciles.load(Ordering::SeqCst) >= 1);
+
+    // The adopted outputs were not rewritten: same version, same creation time.
+    for before in [a, b] {
+        let after = get::<Doubled>(c, "out", before.id()).await.expect("kept");
+        assert_eq!(after.metadata.version, before.metadata.version, "{}", before.id());
+        assert_eq!(after.metadata.created, before.metadata.created);
+    }
+    second.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controllers_resync_after_stated_restarts() {
+    let mut h = Harness::start().await;
+    let c = h.client.clone();
+    put(&c, "in", "a", Num { value: 1 }).await;
+    let mut rt = Runtime::new(c.clone());
+    rt.register(DoubleController::new().0).expect("register");
+    let running = spawn(rt);
+    expect_spec(&c, "out", "a", Doubled { value: 2 }).await;
+
+    h.restart().await;
+    put(&c, "in", "b", Num { value: 2 }).await;
+    put(&c, "in", "a", Num { value: 5 }).await;
+    expect_spec(&c, "out", "b", Doubled { value: 4 }).await;
+    expect_spec(&c, "out", "a", Doubled { value: 10 }).await;
+
+    // Down for a while: reconciles fail meanwhile, and are retried once stated is back.
+    h.stop().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.restart().await;
+    put(&c, "in", "c", Num { value: 3 }).await;
+    expect_spec(&c, "out", "c", Doubled { value: 6 }).await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transform_controller_maps_and_cleans_up() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let mut rt = Runtime::new(c.clone());
+    rt.register(TransformController::new(DoubleTransform))
+        .expect("register");
+    let running = spawn(rt);
+
+    put(c, "in", "a", Num { value: 1 }).await;
+    put(c, "in", "skip", Num { value: 2 }).await;
+    let a = expect_spec(c, "tout", "t-a", Doubled { value: 2 }).await;
+    assert_eq!(a.metadata.owner, "test.DoubleTransform");
+    put(c, "in", "b", Num { value: 4 }).await;
+    expect_spec(c, "tout", "t-b", Doubled { value: 8 }).await;
+    assert!(get::<Doubled>(c, "tout", "t-skip").await.is_none());
+
+    // A failing transform tears nothing down; once fixed, the output follows.
+    put(c, "in", "b", Num { value: -1 }).await;
+    put(c, "in", "a", Num { value: 3 }).await;
+    expect_spec(c, "tout", "t-a", Doubled { value: 6 }).await;
+    assert!(get::<Doubled>(c, "tout", "t-b").await.is_some());
+    put(c, "in", "b", Num { value: 5 }).await;
+    expect_spec(c, "tout", "t-b", Doubled { value: 10 }).await;
+
+    c.destroy("in", Num::TYPE, "a", "").await.expect("destroy");
+    expect_gone::<Doubled>(c, "tout", "t-a").await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_controller_prefers_the_higher_layer() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let mut rt = Runtime::new(c.clone());
+    rt.register(MergeController::new(LayeredMerge::<Candidate>::new(
+        "test.CandidateMerge",
+        "cfg",
+        "merged",
+    )))
+    .expect("register");
+    let running = spawn(rt);
+
+    let cand = |key: &str, layer: u8, value: &str| Candidate {
+        key: key.into(),
+        layer,
+        value: value.into(),
+    };
+    put(c, "cfg", "default/eth0", cand("eth0", 0, "default")).await;
+    put(c, "cfg", "operator/eth0", cand("eth0", 3, "operator")).await;
+    put(c, "cfg", "config/eth0", cand("eth0", 2, "config")).await;
+    put(c, "cfg", "default/eth1", cand("eth1", 0, "default")).await;
+    expect_spec(c, "merged", "eth0", cand("eth0", 3, "operator")).await;
+    expect_spec(c, "merged", "eth1", cand("eth1", 0, "default")).await;
+
+    // The winner goes: the next layer takes over; all go: the merged resource goes.
+    c.destroy("cfg", Candidate::TYPE, "operator/eth0", "")
+        .await
+        .expect("destroy");
+    expect_spec(c, "merged", "eth0", cand("eth0", 2, "config")).await;
+    c.destroy("cfg", Candidate::TYPE, "default/eth1", "")
+        .await
+        .expect("destroy");
+    expect_gone::<Candidate>(c, "merged", "eth1").await;
+    running.stop().await;
+}
+
+#[test]
+fn two_exclusive_writers_of_one_type_are_refused_and_the_graph_shows_the_edges() {
+    let mut r = Registry::new();
+    r.register(DoubleController::new().0).expect("register");
+    let e = r
+        .register(TransformController::new(DoubleTransform))
+        .expect_err("Doubled has an exclusive writer already");
+    assert!(
+        matches!(&e, RuntimeError::OutputConflict { r#type, existing, .. }
+            if r#type == Doubled::TYPE && existing == "test.DoubleController"),
+        "{e}"
+    );
+    r.register(MergeController::new(LayeredMerge::<Candidate>::new(
+        "test.CandidateMerge",
+        "cfg",
+        "merged",
+    )))
+    .expect("register merge");
+
+    let g = r.dependency_graph();
+    assert!(g.edges.iter().any(|e| e.controller == "test.DoubleController"
+        && e.kind == EdgeKind::OutputExclusive
+        && e.namespace == "out"
+        && e.r#type == Doubled::TYPE));
+    assert!(g.edges.iter().any(|e| e.controller == "test.CandidateMerge"
+        && e.kind == EdgeKind::InputWeak
+        && e.namespace == "cfg"));
+    let dot = g.to_dot();
+    assert!(dot.starts_with("digraph  {"), "{dot}");
+    assert!(dot.contains("[label=\"test.DoubleController\",shape=\"box\"]"));
+    assert!(dot.contains(
+        "[fillcolor=\"azure2\",label=\"Nums.test.talos.dev\",shape=\"note\",style=\"filled\"]"
+    ));
+    // DoubleController → Doubled (bold), Num ⇢ DoubleController (dotted), merge edges.
+    assert!(dot.contains("n1->n2[style=\"bold\"];"), "{dot}");
+    assert!(dot.contains("n3->n1[style=\"dotted\"];"), "{dot}");
+    assert_eq!(dot.matches("->").count(), 4, "{dot}");
+}
