@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing talos-rs need. Idempotent and
+# non-interactive; does nothing when everything is present. Run as root.
+set -euo pipefail
+
+packages=(
+  iproute2      # ip netns / ip link: tests make their own network namespaces
+  procps        # ps, pkill in test cleanup
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "cargo not found: install the Rust toolchain (https://rustup.rs) and re-run" >&2
+  exit 1
+fi
