@@ -1,1 +1,4 @@
-//! placeholder
+//! Typed talos-rs resources of every namespace ([`resources`]) and the v1alpha1 machine
+//! configuration ([`config`]), shared by the daemons and talosctl.
+pub mod config;
+pub mod resources;
