@@ -73,6 +73,9 @@ impl Collection {
 
 struct Inner {
     seq: u64,
+    /// Position from which this run state holds every event (the loaded snapshot's): a kind
+    /// without history has missed nothing after it.
+    base: u64,
     epoch: u64,
     history_cap: usize,
     collections: HashMap<Kind, Collection>,
@@ -193,6 +196,7 @@ impl Store {
     pub fn open(cfg: StoreConfig<'_>) -> Result<Self, OpenError> {
         let mut inner = Inner {
             seq: 0,
+            base: 0,
             epoch: new_epoch(),
             history_cap: cfg.history.max(16),
             collections: HashMap::new(),
@@ -210,8 +214,9 @@ impl Store {
                 fresh = false;
                 inner.epoch = h.epoch;
                 inner.seq = h.seq;
+                inner.base = h.seq;
                 for r in loaded.snapshot {
-                    inner.load(RawResource::from_proto(r)?, h.seq);
+                    inner.load(RawResource::from_proto(r)?);
                 }
                 for rec in loaded.log {
                     if rec.seq <= h.seq {
@@ -230,7 +235,7 @@ impl Store {
                     found.extend(d.load(&name)?);
                 }
                 for r in found {
-                    inner.load(RawResource::from_proto(r)?, 0);
+                    inner.load(RawResource::from_proto(r)?);
                 }
             }
         } else if let Some(d) = &inner.durable {
@@ -389,11 +394,11 @@ impl Store {
     /// A receiver that changes whenever the kind is written (creating the collection if needed).
     pub fn subscribe(&self, ns: &str, ty: &str) -> watch::Receiver<u64> {
         let mut inner = lock(&self.inner);
-        let seq = inner.seq;
+        let base = inner.base;
         inner
             .collections
             .entry((ns.to_string(), ty.to_string()))
-            .or_insert_with(|| Collection::new(seq))
+            .or_insert_with(|| Collection::new(base))
             .notify
             .subscribe()
     }
@@ -444,7 +449,7 @@ impl Store {
         let floor = inner
             .collections
             .get(&(ns.to_string(), ty.to_string()))
-            .map_or(inner.seq, |c| c.floor);
+            .map_or(inner.base, |c| c.floor);
         if pos < floor {
             return Err(invalid("expired"));
         }
@@ -536,9 +541,10 @@ impl Inner {
     }
 
     /// Inserts a loaded resource (no event, no persistence).
-    fn load(&mut self, r: RawResource, floor: u64) {
+    fn load(&mut self, r: RawResource) {
         let kind = kind_of(&r.metadata);
-        let c = self.collections.entry(kind).or_insert_with(|| Collection::new(floor));
+        let base = self.base;
+        let c = self.collections.entry(kind).or_insert_with(|| Collection::new(base));
         if c.items.insert(r.metadata.id.clone(), Arc::new(r)).is_none() {
             self.resources += 1;
         }
@@ -568,8 +574,8 @@ impl Inner {
     fn apply(&mut self, seq: u64, kind: EventKind, r: Arc<RawResource>, old: Option<Arc<RawResource>>) {
         let key = kind_of(&r.metadata);
         let cap = self.history_cap;
-        let floor = self.seq;
-        let c = self.collections.entry(key).or_insert_with(|| Collection::new(floor));
+        let base = self.base;
+        let c = self.collections.entry(key).or_insert_with(|| Collection::new(base));
         match kind {
             EventKind::Created | EventKind::Updated => {
                 if c.items.insert(r.metadata.id.clone(), r.clone()).is_none() {

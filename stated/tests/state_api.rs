@@ -343,3 +343,25 @@ async fn a_stalled_watcher_delays_no_one_and_gets_a_resumable_error() {
     assert!(e.error.unwrap().contains("overrun"));
     assert!(e.bookmark.is_some());
 }
+
+#[tokio::test]
+async fn an_idle_kind_keeps_its_bookmark_while_other_kinds_are_written() {
+    let h = Harness::start_configured(|c| c.history = 16).await;
+    let c = &h.client;
+    let mut w = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), bootstrap_bookmark: true, ..Default::default() });
+    let noop = next(&mut w).await;
+    assert_eq!(noop.kind, EventKind::Noop);
+    // Far more writes to another kind than the history holds.
+    for i in 0..100 {
+        c.create(&res(NS, "Others.test.talos.dev", &i.to_string(), "x"), "").await.unwrap();
+    }
+    let mut resumed = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        start_from_bookmark: noop.bookmark,
+        ..Default::default()
+    });
+    c.create(&res(NS, T, "late", "x"), "").await.unwrap();
+    let e = next(&mut resumed).await;
+    assert_eq!((e.kind, e.resource.metadata.id.as_str()), (EventKind::Created, "late"));
+}
