@@ -346,8 +346,8 @@ async fn a_stalled_watcher_delays_no_one_and_gets_a_resumable_error() {
 
 #[tokio::test]
 async fn an_idle_kind_keeps_its_bookmark_while_other_kinds_are_written() {
-    let h = Harness::start_configured(|c| c.history = 16).await;
-    let c = &h.client;
+    let mut h = Harness::start_configured(|c| c.history = 16).await;
+    let c = h.client.clone();
     let mut w = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), bootstrap_bookmark: true, ..Default::default() });
     let noop = next(&mut w).await;
     assert_eq!(noop.kind, EventKind::Noop);
@@ -355,6 +355,21 @@ async fn an_idle_kind_keeps_its_bookmark_while_other_kinds_are_written() {
     for i in 0..100 {
         c.create(&res(NS, "Others.test.talos.dev", &i.to_string(), "x"), "").await.unwrap();
     }
+    h.restart().await;
+    // On the wire (the client would hide an expired bookmark by relisting): still valid.
+    let mut r = raw(&h.socket).await;
+    let mut s = r
+        .watch(proto::WatchRequest {
+            namespace: NS.into(),
+            r#type: T.into(),
+            id: None,
+            options: Some(proto::WatchOptions { start_from_bookmark: noop.bookmark.clone(), ..Default::default() }),
+            api_version: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(s.message().await.unwrap().unwrap().event.is_empty(), "watch from the bookmark is established");
     let mut resumed = c.watch(WatchSpec {
         namespace: NS.into(),
         r#type: T.into(),
