@@ -245,14 +245,22 @@ impl Config {
     }
 
     /// The typed document with this `apiVersion`, `kind` and (optional) `name`.
-    pub fn document(&self, api_version: &str, kind: &str, name: Option<&str>) -> Option<&RawDocument> {
-        self.documents.iter().find(|d| {
-            d.api_version == api_version && d.kind == kind && d.name.as_deref() == name
-        })
+    pub fn document(
+        &self,
+        api_version: &str,
+        kind: &str,
+        name: Option<&str>,
+    ) -> Option<&RawDocument> {
+        self.documents
+            .iter()
+            .find(|d| d.api_version == api_version && d.kind == kind && d.name.as_deref() == name)
     }
 
     /// All typed documents of a kind.
-    pub fn documents_of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a RawDocument> + 'a {
+    pub fn documents_of_kind<'a>(
+        &'a self,
+        kind: &'a str,
+    ) -> impl Iterator<Item = &'a RawDocument> + 'a {
         self.documents.iter().filter(move |d| d.kind == kind)
     }
 }

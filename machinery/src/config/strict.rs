@@ -24,7 +24,10 @@ use serde_yaml_ng::{Mapping, Value};
 use super::error::{join_index, join_key, ConfigError};
 
 /// Decodes `value` into `T`, collecting every problem; paths start at `base`.
-pub(crate) fn decode<T: DeserializeOwned>(value: &Value, base: &str) -> Result<T, Vec<ConfigError>> {
+pub(crate) fn decode<T: DeserializeOwned>(
+    value: &Value,
+    base: &str,
+) -> Result<T, Vec<ConfigError>> {
     let errors = RefCell::new(Vec::new());
     let result = T::deserialize(ValueDe {
         value,
@@ -108,6 +111,16 @@ fn yaml11_bool(s: &str) -> Option<bool> {
     }
 }
 
+/// A YAML 1.1 octal integer (`0644`), which YAML 1.2 parsers read as a string but the upstream
+/// decoder accepts as a number.
+fn yaml11_octal(s: &str) -> Option<u64> {
+    let digits = s.strip_prefix('0')?;
+    if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return None;
+    }
+    u64::from_str_radix(digits, 8).ok()
+}
+
 /// Levenshtein distance, for "did you mean" hints.
 fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
@@ -177,7 +190,11 @@ impl<'a> ValueDe<'a> {
         }
     }
 
-    fn map(&self, mapping: Option<&'a Mapping>, fields: Option<&'static [&'static str]>) -> MapDe<'a> {
+    fn map(
+        &self,
+        mapping: Option<&'a Mapping>,
+        fields: Option<&'static [&'static str]>,
+    ) -> MapDe<'a> {
         MapDe {
             entries: mapping.map(|m| m.iter().collect()).unwrap_or_default(),
             next: 0,
@@ -218,6 +235,13 @@ macro_rules! deserialize_integer {
                     }
                 }
                 Value::Null => visitor.$visit(0),
+                Value::String(s) => match yaml11_octal(s).and_then(|u| <$ty>::try_from(u).ok()) {
+                    Some(v) => visitor.$visit(v),
+                    None => {
+                        self.mismatch("an integer");
+                        visitor.$visit(0)
+                    }
+                },
                 _ => {
                     self.mismatch("an integer");
                     visitor.$visit(0)
@@ -358,7 +382,11 @@ impl<'de> de::Deserializer<'de> for ValueDe<'_> {
         }
     }
 
-    fn deserialize_tuple<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, DeError> {
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
         self.deserialize_seq(visitor)
     }
 
@@ -436,7 +464,9 @@ fn child<'de, 'a, T: DeserializeSeed<'de>>(
     };
     seed.deserialize(de).map_err(|err| {
         if !err.recorded {
-            errors.borrow_mut().push(ConfigError::new(path, err.message));
+            errors
+                .borrow_mut()
+                .push(ConfigError::new(path, err.message));
         }
         DeError {
             message: String::new(),
@@ -460,9 +490,7 @@ impl<'de> de::SeqAccess<'de> for SeqDe<'_> {
     ) -> Result<Option<T::Value>, DeError> {
         match self.items.next() {
             None => Ok(None),
-            Some((i, item)) => {
-                child(seed, item, join_index(&self.path, i), self.errors).map(Some)
-            }
+            Some((i, item)) => child(seed, item, join_index(&self.path, i), self.errors).map(Some),
         }
     }
 
@@ -484,7 +512,10 @@ struct MapDe<'a> {
 impl<'de> de::MapAccess<'de> for MapDe<'_> {
     type Error = DeError;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, DeError> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, DeError> {
         while let Some((key, value)) = self.entries.get(self.next).copied() {
             self.next += 1;
             let text = scalar_text(key);
@@ -505,7 +536,8 @@ impl<'de> de::MapAccess<'de> for MapDe<'_> {
                         continue;
                     }
                     self.pending = Some((value, path));
-                    let key: de::value::StrDeserializer<'_, DeError> = name.as_str().into_deserializer();
+                    let key: de::value::StrDeserializer<'_, DeError> =
+                        name.as_str().into_deserializer();
                     return seed.deserialize(key).map(Some);
                 }
                 None => {
@@ -557,7 +589,8 @@ mod tests {
     }
 
     fn parse(text: &str) -> Result<Outer, Vec<ConfigError>> {
-        let value: Value = serde_yaml_ng::from_str(text).map_err(|e| vec![ConfigError::new("", e.to_string())])?;
+        let value: Value =
+            serde_yaml_ng::from_str(text).map_err(|e| vec![ConfigError::new("", e.to_string())])?;
         decode(&value, "")
     }
 
@@ -583,10 +616,25 @@ mod tests {
         let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             paths,
-            ["items[0].mtuu", "items[1].mtu", "items[1].enabled", "inner.name", "inner.bogus", "other"]
+            [
+                "items[0].mtuu",
+                "items[1].mtu",
+                "items[1].enabled",
+                "inner.name",
+                "inner.bogus",
+                "other"
+            ]
         );
-        assert!(errs[0].message.contains("did you mean `mtu`"), "{}", errs[0].message);
-        assert!(errs[1].message.contains("out of range"), "{}", errs[1].message);
+        assert!(
+            errs[0].message.contains("did you mean `mtu`"),
+            "{}",
+            errs[0].message
+        );
+        assert!(
+            errs[1].message.contains("out of range"),
+            "{}",
+            errs[1].message
+        );
     }
 
     #[test]

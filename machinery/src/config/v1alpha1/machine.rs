@@ -540,7 +540,10 @@ pub struct FeaturesConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stable_hostname: Option<bool>,
     /// Talos API access from Kubernetes pods.
-    #[serde(rename = "kubernetesTalosAPIAccess", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "kubernetesTalosAPIAccess",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub kubernetes_talos_api_access: Option<KubernetesTalosApiAccessConfig>,
     /// Enforce the client certificate extended key usage.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -606,7 +609,10 @@ pub struct HostDnsConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
     /// CoreDNS forwards to the host resolver.
-    #[serde(rename = "forwardKubeDNSToHost", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "forwardKubeDNSToHost",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub forward_kube_dns_to_host: Option<bool>,
     /// Resolve cluster member names.
     #[serde(skip_serializing_if = "Option::is_none")]

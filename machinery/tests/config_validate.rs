@@ -1,0 +1,267 @@
+//! Validation of machine configurations: the samples are valid, and every problem is listed with
+//! its path.
+
+use machinery::config::{Config, ConfigErrors, ValidationMode, Warning};
+
+const CONTROLPLANE: &str = include_str!("../testdata/controlplane.yaml");
+const WORKER: &str = include_str!("../testdata/worker.yaml");
+const NETWORK: &str = include_str!("../testdata/network.yaml");
+
+fn decode(text: &str) -> Config {
+    match Config::from_yaml(text) {
+        Ok(cfg) => cfg,
+        Err(e) => panic!("decode failed:\n{e}"),
+    }
+}
+
+fn validate(text: &str, mode: ValidationMode) -> Result<Vec<Warning>, ConfigErrors> {
+    decode(text).validate(mode)
+}
+
+fn invalid(text: &str, mode: ValidationMode) -> ConfigErrors {
+    match validate(text, mode) {
+        Ok(w) => panic!("expected validation errors, got warnings {w:?}"),
+        Err(e) => e,
+    }
+}
+
+fn paths(errs: &ConfigErrors) -> Vec<&str> {
+    errs.errors.iter().map(|e| e.path.as_str()).collect()
+}
+
+#[test]
+fn samples_are_valid_in_every_mode() {
+    for sample in [CONTROLPLANE, WORKER, NETWORK] {
+        for mode in [
+            ValidationMode::Metal,
+            ValidationMode::Cloud,
+            ValidationMode::Container,
+        ] {
+            let warnings = validate(sample, mode).unwrap_or_else(|e| panic!("{mode}: {e}"));
+            assert!(warnings.is_empty(), "{warnings:?}");
+        }
+    }
+}
+
+#[test]
+fn install_disk_is_required_on_metal_only() {
+    let text = CONTROLPLANE.replace(
+        "        disk: /dev/sda # The disk used for installations.\n",
+        "",
+    );
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(paths(&errs), ["machine.install.disk"]);
+    assert!(validate(&text, ValidationMode::Container).is_ok());
+    assert!(validate(&text, ValidationMode::Cloud).is_ok());
+}
+
+#[test]
+fn all_validation_errors_are_listed() {
+    let text = CONTROLPLANE
+        .replace("persist: true", "persist: false")
+        .replace("endpoint: https://10.5.0.2:6443", "endpoint: 10.5.0.2:6443")
+        .replace("dnsDomain: cluster.local", "dnsDomain: -cluster..local")
+        .replace("            - 10.244.0.0/16", "            - 10.244.0.0/33")
+        .replace(
+            "    inlineManifests: []",
+            "    inlineManifests:\n        - {name: a, contents: x}\n        - {name: a, contents: y}\n    externalCloudProvider:\n        manifests: [https://example.com/ccm.yaml]",
+        )
+        + "---\n";
+    let text = text.replace(
+        "    network: {}\n",
+        "    network:\n        interfaces:\n            - interface: eth0\n              mtu: 20\n              addresses: [10.0.0.300/24]\n              routes:\n                - network: 10.0.0.0\n                  gateway: nope\n              vlans:\n                - vlanId: 5000\n            - interface: bond0\n              bond: {mode: 802.3ad, interfaces: [eth1]}\n              bridge: {interfaces: [eth2]}\n            - interface: bond1\n              bond: {mode: active-backup, interfaces: [eth1]}\n            - dhcp: true\n",
+    );
+    let errs = invalid(&text, ValidationMode::Metal);
+    let got = paths(&errs);
+    for expected in [
+        "persist",
+        "cluster.controlPlane.endpoint",
+        "cluster.network.dnsDomain",
+        "cluster.network.podSubnets[0]",
+        "cluster.externalCloudProvider.manifests",
+        "cluster.inlineManifests[1].name",
+        "machine.network.interfaces[1]",
+        "machine.network.interfaces[2].bond.interfaces[0]",
+        "machine.network.interfaces[0].addresses[0]",
+        "machine.network.interfaces[0].routes[0].network",
+        "machine.network.interfaces[0].routes[0].gateway",
+        "machine.network.interfaces[0].mtu",
+        "machine.network.interfaces[0].vlans[0].vlanId",
+        "machine.network.interfaces[3]",
+    ] {
+        assert!(got.contains(&expected), "missing {expected} in:\n{errs}");
+    }
+    assert_eq!(errs.to_string().lines().count(), errs.len());
+    let text = errs.to_string();
+    assert!(
+        text.contains("persist: persist should be enabled"),
+        "{text}"
+    );
+    assert!(
+        text.contains("inline manifest name \"a\" is duplicate"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "interface \"eth1\" is declared as part of two separate links: \"bond0\" and \"bond1\""
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("vlan ID 5000 is out of range 1..4095"),
+        "{text}"
+    );
+    assert!(
+        text.contains("has both bridge and bond sections set"),
+        "{text}"
+    );
+}
+
+#[test]
+fn worker_must_not_carry_control_plane_secrets() {
+    let text = WORKER
+        .replace("        key: \"\"\n    # Extra", "        key: Zm9v\n    # Extra")
+        .replace(
+            "    network: {}\n",
+            "    network:\n        interfaces:\n            - interface: eth0\n              dhcp: true\n              vip: {ip: 10.5.0.100}\n",
+        )
+        + "";
+    let text = text.replacen(
+        "    discovery:",
+        "    etcd:\n        ca: {crt: Zm9v, key: Zm9v}\n    discovery:",
+        1,
+    );
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(
+        paths(&errs),
+        [
+            "machine.ca.key",
+            "machine.network.interfaces[0].vip",
+            "cluster.etcd"
+        ],
+        "{errs}"
+    );
+}
+
+#[test]
+fn control_plane_needs_ca_key() {
+    let mut cfg = decode(CONTROLPLANE);
+    if let Some(ca) = cfg
+        .v1alpha1
+        .as_mut()
+        .and_then(|d| d.machine.as_mut())
+        .and_then(|m| m.ca.as_mut())
+    {
+        ca.key = None;
+    }
+    let errs = cfg
+        .validate(ValidationMode::Metal)
+        .expect_err("key required");
+    assert_eq!(paths(&errs), ["machine.ca.key"]);
+}
+
+#[test]
+fn unknown_machine_type_and_cni_are_errors_init_is_a_warning() {
+    let errs = invalid(
+        &CONTROLPLANE.replace("type: controlplane", "type: master"),
+        ValidationMode::Metal,
+    );
+    assert!(paths(&errs).contains(&"machine.type"), "{errs}");
+
+    let warnings = validate(
+        &CONTROLPLANE.replace("type: controlplane", "type: init"),
+        ValidationMode::Metal,
+    )
+    .expect("init is accepted");
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].path, "machine.type");
+
+    let cfg = decode(&CONTROLPLANE.replace("type: controlplane", "type: init"));
+    let errs = cfg
+        .validate_strict(ValidationMode::Metal)
+        .expect_err("strict");
+    assert!(
+        errs.to_string().contains("warning: use \"controlplane\""),
+        "{errs}"
+    );
+
+    let text = CONTROLPLANE.replace(
+        "        dnsDomain: cluster.local",
+        "        cni:\n            name: calico\n        dnsDomain: cluster.local",
+    );
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(paths(&errs), ["cluster.network.cni.name"]);
+}
+
+#[test]
+fn missing_sections_are_errors() {
+    let errs = invalid(
+        "version: v1alpha1\ncluster: {}\n",
+        ValidationMode::Container,
+    );
+    assert_eq!(paths(&errs), ["machine"]);
+    let errs = invalid(
+        "version: v1alpha1\nmachine:\n  type: worker\n  ca: {crt: Zm9v}\n",
+        ValidationMode::Container,
+    );
+    assert_eq!(paths(&errs), ["cluster"]);
+    let errs = invalid(
+        "version: v1alpha1\nmachine:\n  type: worker\n  ca: {crt: Zm9v}\ncluster:\n  controlPlane: {}\n",
+        ValidationMode::Container,
+    );
+    assert_eq!(paths(&errs), ["cluster.controlPlane.endpoint"]);
+    let errs = invalid(
+        "apiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n",
+        ValidationMode::Container,
+    );
+    assert_eq!(paths(&errs), ["machine"]);
+}
+
+#[test]
+fn network_sample_errors_when_broken() {
+    let text = NETWORK
+        .replace("          miimon: 100\n", "")
+        .replace(
+            "privateKey: GA1E1VB+g41Dl0+UH2TMW9C5953y+moVg6JIIqkJbmw=\n          listenPort",
+            "privateKey: c2hvcnQ=\n          listenPort",
+        )
+        .replace(
+            "    nameservers: [10.0.0.53, 1.1.1.1]",
+            "    nameservers: [10.0.0.53, one]",
+        );
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(
+        paths(&errs),
+        [
+            "machine.network.nameservers[1]",
+            "machine.network.interfaces[0].bond.updelay",
+            "machine.network.interfaces[0].bond.downdelay",
+            "machine.network.interfaces[3].wireguard.privateKey",
+        ],
+        "{errs}"
+    );
+}
+
+#[test]
+fn kubespan_requires_discovery() {
+    let text = NETWORK.replace("  discovery:\n    enabled: true\n", "");
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(paths(&errs), ["cluster.discovery.enabled"]);
+}
+
+#[test]
+fn node_labels_and_taints_are_checked() {
+    let text = CONTROLPLANE.replace(
+        "        node.kubernetes.io/exclude-from-external-load-balancers: \"\"\n",
+        "        node.kubernetes.io/exclude-from-external-load-balancers: \"\"\n        bad key: x\n    nodeTaints:\n        dedicated: gpu:Sometimes\n",
+    );
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(
+        paths(&errs),
+        [
+            "machine.nodeLabels[\"bad key\"]",
+            "machine.nodeTaints.dedicated"
+        ],
+        "{errs}"
+    );
+}
