@@ -177,7 +177,9 @@ impl Client {
         let mut backoff = Duration::from_millis(20);
         loop {
             match f().await {
-                Err(e) if e.is_unavailable() && tokio::time::Instant::now() + backoff < deadline => {
+                Err(e)
+                    if e.is_unavailable() && tokio::time::Instant::now() + backoff < deadline =>
+                {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
@@ -198,10 +200,16 @@ impl Client {
         r#type: &str,
         id: &str,
     ) -> Result<RawResource, StateError> {
-        self.retry_read(|| self.get_once(namespace, r#type, id)).await
+        self.retry_read(|| self.get_once(namespace, r#type, id))
+            .await
     }
 
-    async fn get_once(&self, namespace: &str, r#type: &str, id: &str) -> Result<RawResource, StateError> {
+    async fn get_once(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        id: &str,
+    ) -> Result<RawResource, StateError> {
         let resp = self
             .inner
             .clone()
@@ -233,10 +241,16 @@ impl Client {
         r#type: &str,
         query: &Query,
     ) -> Result<Vec<RawResource>, StateError> {
-        self.retry_read(|| self.list_once(namespace, r#type, query)).await
+        self.retry_read(|| self.list_once(namespace, r#type, query))
+            .await
     }
 
-    async fn list_once(&self, namespace: &str, r#type: &str, query: &Query) -> Result<Vec<RawResource>, StateError> {
+    async fn list_once(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        query: &Query,
+    ) -> Result<Vec<RawResource>, StateError> {
         let mut stream = self
             .inner
             .clone()

@@ -160,7 +160,7 @@ impl ResourceDefinition {
     /// Whether `name` (type, alias, any case) names this type.
     pub fn matches(&self, name: &str) -> bool {
         let n = name.to_lowercase();
-        self.resource_type.to_lowercase() == n || self.all_aliases.iter().any(|a| *a == n)
+        self.resource_type.to_lowercase() == n || self.all_aliases.contains(&n)
     }
 }
 

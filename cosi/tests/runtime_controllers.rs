@@ -449,7 +449,9 @@ async fn a_restarted_runtime_adopts_its_outputs_without_churn() {
     first.stop().await;
 
     // While the daemon is down an input goes away.
-    c.destroy("in", Num::TYPE, "gone", "").await.expect("destroy");
+    c.destroy("in", Num::TYPE, "gone", "")
+        .await
+        .expect("destroy");
 
     let mut rt = Runtime::new(c.clone());
     let (ctl, reconciles) = DoubleController::new();
@@ -463,7 +465,12 @@ async fn a_restarted_runtime_adopts_its_outputs_without_churn() {
     // The adopted outputs were not rewritten: same version, same creation time.
     for before in [a, b] {
         let after = get::<Doubled>(c, "out", before.id()).await.expect("kept");
-        assert_eq!(after.metadata.version, before.metadata.version, "{}", before.id());
+        assert_eq!(
+            after.metadata.version,
+            before.metadata.version,
+            "{}",
+            before.id()
+        );
         assert_eq!(after.metadata.created, before.metadata.created);
     }
     second.stop().await;
@@ -581,10 +588,13 @@ fn two_exclusive_writers_of_one_type_are_refused_and_the_graph_shows_the_edges()
     .expect("register merge");
 
     let g = r.dependency_graph();
-    assert!(g.edges.iter().any(|e| e.controller == "test.DoubleController"
-        && e.kind == EdgeKind::OutputExclusive
-        && e.namespace == "out"
-        && e.r#type == Doubled::TYPE));
+    assert!(g
+        .edges
+        .iter()
+        .any(|e| e.controller == "test.DoubleController"
+            && e.kind == EdgeKind::OutputExclusive
+            && e.namespace == "out"
+            && e.r#type == Doubled::TYPE));
     assert!(g.edges.iter().any(|e| e.controller == "test.CandidateMerge"
         && e.kind == EdgeKind::InputWeak
         && e.namespace == "cfg"));

@@ -104,22 +104,34 @@ impl Manifest {
         let mut uids = BTreeSet::new();
         for d in &self.daemons {
             if d.uid == 0 {
-                problems.push(format!("daemon {}: uid 0 is reserved for the administrator", d.name));
+                problems.push(format!(
+                    "daemon {}: uid 0 is reserved for the administrator",
+                    d.name
+                ));
             }
             if !uids.insert(d.uid) {
                 problems.push(format!("daemon {}: uid {} is used twice", d.name, d.uid));
             }
             for ns in d.writes.iter().chain(&d.reads) {
                 if !declared.contains(ns.as_str()) {
-                    problems.push(format!("daemon {}: namespace {ns:?} is not declared", d.name));
+                    problems.push(format!(
+                        "daemon {}: namespace {ns:?} is not declared",
+                        d.name
+                    ));
                 }
             }
             for ns in &d.writes {
                 if ns == META_NAMESPACE {
-                    problems.push(format!("daemon {}: only stated writes {META_NAMESPACE}", d.name));
+                    problems.push(format!(
+                        "daemon {}: only stated writes {META_NAMESPACE}",
+                        d.name
+                    ));
                 }
                 if let Some(other) = writer.insert(ns, &d.name) {
-                    problems.push(format!("namespace {ns:?} has two writers: {other} and {}", d.name));
+                    problems.push(format!(
+                        "namespace {ns:?} has two writers: {other} and {}",
+                        d.name
+                    ));
                 }
             }
         }
@@ -147,7 +159,10 @@ pub fn check_name(what: &str, s: &str) -> Result<(), StateError> {
         None
     };
     match bad {
-        Some(b) => Err(StateError::new(ErrorKind::InvalidArgument, format!("{what} {s:?} {b}"))),
+        Some(b) => Err(StateError::new(
+            ErrorKind::InvalidArgument,
+            format!("{what} {s:?} {b}"),
+        )),
         None => Ok(()),
     }
 }
@@ -193,7 +208,9 @@ impl Policy {
 
     /// On a node: the manifest declares namespaces and daemons.
     pub fn with_manifest(manifest: Manifest) -> Self {
-        Self { manifest: Some(manifest) }
+        Self {
+            manifest: Some(manifest),
+        }
     }
 
     /// The manifest, if any.
@@ -204,7 +221,10 @@ impl Policy {
     /// Whether `namespace` is durable.
     pub fn is_durable(&self, namespace: &str) -> bool {
         match &self.manifest {
-            Some(m) => m.namespaces.iter().any(|n| n.name == namespace && n.durable),
+            Some(m) => m
+                .namespaces
+                .iter()
+                .any(|n| n.name == namespace && n.durable),
             None => namespace == "config",
         }
     }
@@ -215,7 +235,11 @@ impl Policy {
             Some(0) => Peer::Admin,
             None => Peer::Stranger(u32::MAX),
             Some(uid) => {
-                let Some(d) = self.manifest.as_ref().and_then(|m| m.daemons.iter().find(|d| d.uid == uid)) else {
+                let Some(d) = self
+                    .manifest
+                    .as_ref()
+                    .and_then(|m| m.daemons.iter().find(|d| d.uid == uid))
+                else {
                     return Peer::Stranger(uid);
                 };
                 let writes: BTreeSet<String> = d.writes.iter().cloned().collect();
@@ -291,11 +315,25 @@ daemons:
         assert!(p.check(&n, "network", Access::Write).is_ok());
         assert!(p.check(&n, "config", Access::Read).is_ok());
         assert!(p.check(&n, "meta", Access::Read).is_ok());
-        assert_eq!(p.check(&n, "config", Access::Write).unwrap_err().kind(), ErrorKind::PermissionDenied);
-        assert_eq!(p.check(&n, "runtime", Access::Read).unwrap_err().kind(), ErrorKind::PermissionDenied);
-        assert_eq!(p.check(&Peer::Admin, "nope", Access::Read).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            p.check(&n, "config", Access::Write).unwrap_err().kind(),
+            ErrorKind::PermissionDenied
+        );
+        assert_eq!(
+            p.check(&n, "runtime", Access::Read).unwrap_err().kind(),
+            ErrorKind::PermissionDenied
+        );
+        assert_eq!(
+            p.check(&Peer::Admin, "nope", Access::Read)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidArgument
+        );
         let s = p.identify(Some(4242));
-        assert_eq!(p.check(&s, "network", Access::Read).unwrap_err().kind(), ErrorKind::PermissionDenied);
+        assert_eq!(
+            p.check(&s, "network", Access::Read).unwrap_err().kind(),
+            ErrorKind::PermissionDenied
+        );
         assert!(p.is_durable("config"));
         assert!(!p.is_durable("network"));
     }

@@ -17,7 +17,10 @@ const MAX_REGEXP: usize = 1024;
 
 impl Filter {
     /// Compiles the queries of a request; a bad regexp or operation is `InvalidArgument`.
-    pub fn new(labels: Vec<proto::LabelQuery>, id: Option<proto::IdQuery>) -> Result<Self, StateError> {
+    pub fn new(
+        labels: Vec<proto::LabelQuery>,
+        id: Option<proto::IdQuery>,
+    ) -> Result<Self, StateError> {
         for q in &labels {
             for t in &q.terms {
                 if Operation::try_from(t.op).is_err() {
@@ -31,13 +34,21 @@ impl Filter {
         let id = match id {
             Some(q) if !q.regexp.is_empty() => {
                 if q.regexp.len() > MAX_REGEXP {
-                    return Err(StateError::new(ErrorKind::InvalidArgument, "id query regexp too long"));
+                    return Err(StateError::new(
+                        ErrorKind::InvalidArgument,
+                        "id query regexp too long",
+                    ));
                 }
                 Some(
                     regex::RegexBuilder::new(&q.regexp)
                         .size_limit(1 << 20)
                         .build()
-                        .map_err(|e| StateError::new(ErrorKind::InvalidArgument, format!("invalid id query: {e}")))?,
+                        .map_err(|e| {
+                            StateError::new(
+                                ErrorKind::InvalidArgument,
+                                format!("invalid id query: {e}"),
+                            )
+                        })?,
                 )
             }
             _ => None,
@@ -57,7 +68,11 @@ impl Filter {
                 return false;
             }
         }
-        self.labels.is_empty() || self.labels.iter().any(|q| q.terms.iter().all(|t| term(t, labels)))
+        self.labels.is_empty()
+            || self
+                .labels
+                .iter()
+                .any(|q| q.terms.iter().all(|t| term(t, labels)))
     }
 }
 
@@ -73,9 +88,13 @@ fn term(t: &proto::LabelTerm, labels: &BTreeMap<String, String>) -> bool {
         Operation::In => value.is_some_and(|v| t.value.contains(v)),
         Operation::Lt | Operation::Lte | Operation::LtNumeric | Operation::LteNumeric => {
             // Comparisons on a missing key or a non-numeric value are false even when inverted.
-            let (Some(v), Some(w)) = (value, first) else { return false };
+            let (Some(v), Some(w)) = (value, first) else {
+                return false;
+            };
             let ord = if matches!(op, Operation::LtNumeric | Operation::LteNumeric) {
-                let (Some(a), Some(b)) = (parse_numeric(v), parse_numeric(w)) else { return false };
+                let (Some(a), Some(b)) = (parse_numeric(v), parse_numeric(w)) else {
+                    return false;
+                };
                 a.cmp(&b)
             } else {
                 v.as_str().cmp(w.as_str())
@@ -93,7 +112,9 @@ fn term(t: &proto::LabelTerm, labels: &BTreeMap<String, String>) -> bool {
 fn parse_numeric(s: &str) -> Option<i128> {
     let s = s.trim();
     let lower = s.to_ascii_lowercase();
-    let split = lower.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(lower.len());
+    let split = lower
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(lower.len());
     let (num, suffix) = lower.split_at(split);
     let n: i128 = num.parse().ok()?;
     let mult: i128 = match suffix {
@@ -127,7 +148,9 @@ mod tests {
     }
 
     fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -142,7 +165,10 @@ mod tests {
         assert!(term(&t("a", Operation::In, &["0", "1"], false), &l));
         assert!(term(&t("size", Operation::LtNumeric, &["3000"], false), &l));
         assert!(!term(&t("size", Operation::LtNumeric, &["2k"], false), &l));
-        assert!(term(&t("size", Operation::LteNumeric, &["2048"], false), &l));
+        assert!(term(
+            &t("size", Operation::LteNumeric, &["2048"], false),
+            &l
+        ));
         // A comparison on a missing key is false, inverted or not.
         assert!(!term(&t("zz", Operation::Lt, &["5"], true), &l));
         assert!(term(&t("a", Operation::Lt, &["2"], false), &l));
@@ -152,10 +178,19 @@ mod tests {
     fn queries_or_terms_and() {
         let f = Filter::new(
             vec![
-                proto::LabelQuery { terms: vec![t("a", Operation::Equal, &["1"], false), t("b", Operation::Exists, &[], false)] },
-                proto::LabelQuery { terms: vec![t("c", Operation::Exists, &[], false)] },
+                proto::LabelQuery {
+                    terms: vec![
+                        t("a", Operation::Equal, &["1"], false),
+                        t("b", Operation::Exists, &[], false),
+                    ],
+                },
+                proto::LabelQuery {
+                    terms: vec![t("c", Operation::Exists, &[], false)],
+                },
             ],
-            Some(proto::IdQuery { regexp: "^eth".into() }),
+            Some(proto::IdQuery {
+                regexp: "^eth".into(),
+            }),
         )
         .unwrap();
         assert!(f.matches("eth0", &labels(&[("a", "1"), ("b", "")])));

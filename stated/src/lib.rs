@@ -73,7 +73,12 @@ pub fn open_store(config: &Config) -> Result<Store, Error> {
     let namespaces = config
         .manifest
         .as_ref()
-        .map(|m| m.namespaces.iter().map(|n| (n.name.clone(), n.description.clone())).collect())
+        .map(|m| {
+            m.namespaces
+                .iter()
+                .map(|n| (n.name.clone(), n.description.clone()))
+                .collect()
+        })
         .unwrap_or_default();
     Ok(Store::open(store::StoreConfig {
         run_dir: Some(&config.run_dir),

@@ -33,7 +33,12 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let manifest = match args.manifest.as_deref().map(stated::Manifest::load).transpose() {
+    let manifest = match args
+        .manifest
+        .as_deref()
+        .map(stated::Manifest::load)
+        .transpose()
+    {
         Ok(m) => m,
         Err(e) => {
             eprintln!("stated: {}", cosi::error::Chain(&e));
@@ -54,7 +59,10 @@ fn main() -> ExitCode {
         manifest,
         history: args.history,
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("stated: cannot start runtime: {e}");
@@ -72,7 +80,10 @@ fn main() -> ExitCode {
 
 async fn shutdown() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         return std::future::pending().await;
     };
     tokio::select! {

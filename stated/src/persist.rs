@@ -225,17 +225,23 @@ impl RunFiles {
             .truncate(false)
             .open(&log_path)
             .map_err(io_err("open", &log_path))?;
-        file.set_len(valid as u64).map_err(io_err("truncate", &log_path))?;
+        file.set_len(valid as u64)
+            .map_err(io_err("truncate", &log_path))?;
         let mut file = file;
         use std::io::Seek;
-        file.seek(io::SeekFrom::End(0)).map_err(io_err("seek", &log_path))?;
+        file.seek(io::SeekFrom::End(0))
+            .map_err(io_err("seek", &log_path))?;
         Ok((
             Self {
                 dir: dir.to_path_buf(),
                 log: file,
                 log_bytes: valid as u64,
             },
-            Loaded { header, snapshot, log },
+            Loaded {
+                header,
+                snapshot,
+                log,
+            },
         ))
     }
 
@@ -292,7 +298,9 @@ impl DurableFiles {
     /// Durable files under `dir` (created if missing).
     pub fn open(dir: &Path) -> Result<Self, PersistError> {
         fs::create_dir_all(dir).map_err(io_err("create", dir))?;
-        Ok(Self { dir: dir.to_path_buf() })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
     }
 
     fn path(&self, namespace: &str) -> PathBuf {
@@ -367,6 +375,9 @@ mod tests {
         // Flip a byte of the first frame: corruption, not a torn tail.
         let mut bad = buf.clone();
         bad[9] ^= 0xff;
-        assert!(matches!(unframe(&bad, p), Err(PersistError::Corrupt { .. })));
+        assert!(matches!(
+            unframe(&bad, p),
+            Err(PersistError::Corrupt { .. })
+        ));
     }
 }

@@ -64,13 +64,21 @@ impl StateService {
     /// namespaces it writes (ResourceDefinitions whose default namespace is one of them).
     fn check_write(&self, peer: &Peer, r: &RawResource) -> Result<(), Status> {
         if r.metadata.namespace != META_NAMESPACE {
-            return self.policy.check(peer, &r.metadata.namespace, Access::Write).map_err(status);
+            return self
+                .policy
+                .check(peer, &r.metadata.namespace, Access::Write)
+                .map_err(status);
         }
         match peer {
             Peer::Admin => Ok(()),
             Peer::Daemon { name, writes, .. } if r.metadata.r#type == ResourceDefinition::TYPE => {
-                let def: ResourceDefinition = cosi::resource::decode_spec(&r.spec)
-                    .map_err(|e| invalid(format!("invalid resource definition: {}", cosi::error::Chain(&e))))?;
+                let def: ResourceDefinition =
+                    cosi::resource::decode_spec(&r.spec).map_err(|e| {
+                        invalid(format!(
+                            "invalid resource definition: {}",
+                            cosi::error::Chain(&e)
+                        ))
+                    })?;
                 if def.id() != r.metadata.id {
                     return Err(invalid(format!(
                         "resource definition id must be {:?}, the lowercase type",
@@ -90,7 +98,11 @@ impl StateService {
                     .to_status())
                 }
             }
-            _ => Err(StateError::new(ErrorKind::PermissionDenied, "only stated writes namespace \"meta\"").to_status()),
+            _ => Err(StateError::new(
+                ErrorKind::PermissionDenied,
+                "only stated writes namespace \"meta\"",
+            )
+            .to_status()),
         }
     }
 }
@@ -100,7 +112,12 @@ fn resource_of(r: Option<proto::Resource>) -> Result<RawResource, Status> {
     RawResource::from_proto(r).map_err(status)
 }
 
-fn to_proto_event(kind: proto::EventType, r: &RawResource, old: Option<&RawResource>, bookmark: Option<Vec<u8>>) -> proto::Event {
+fn to_proto_event(
+    kind: proto::EventType,
+    r: &RawResource,
+    old: Option<&RawResource>,
+    bookmark: Option<Vec<u8>>,
+) -> proto::Event {
     proto::Event {
         resource: Some(r.to_proto()),
         event_type: kind as i32,
@@ -119,10 +136,16 @@ fn tombstone(ns: &str, ty: &str, id: &str) -> RawResource {
 
 #[tonic::async_trait]
 impl proto::state_server::State for StateService {
-    async fn get(&self, req: Request<proto::GetRequest>) -> Result<Response<proto::GetResponse>, Status> {
+    async fn get(
+        &self,
+        req: Request<proto::GetRequest>,
+    ) -> Result<Response<proto::GetResponse>, Status> {
         self.check(&req, &req.get_ref().namespace, Access::Read)?;
         let r = req.into_inner();
-        let res = self.store.get(&r.namespace, &r.r#type, &r.id).map_err(status)?;
+        let res = self
+            .store
+            .get(&r.namespace, &r.r#type, &r.id)
+            .map_err(status)?;
         Ok(Response::new(proto::GetResponse {
             resource: Some(res.to_proto()),
         }))
@@ -130,7 +153,10 @@ impl proto::state_server::State for StateService {
 
     type ListStream = Stream_<proto::ListResponse>;
 
-    async fn list(&self, req: Request<proto::ListRequest>) -> Result<Response<Self::ListStream>, Status> {
+    async fn list(
+        &self,
+        req: Request<proto::ListRequest>,
+    ) -> Result<Response<Self::ListStream>, Status> {
         self.check(&req, &req.get_ref().namespace, Access::Read)?;
         let r = req.into_inner();
         let opts = r.options.unwrap_or_default();
@@ -144,7 +170,10 @@ impl proto::state_server::State for StateService {
         Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn create(&self, req: Request<proto::CreateRequest>) -> Result<Response<proto::CreateResponse>, Status> {
+    async fn create(
+        &self,
+        req: Request<proto::CreateRequest>,
+    ) -> Result<Response<proto::CreateResponse>, Status> {
         let peer = self.peer(&req);
         let r = req.into_inner();
         let res = resource_of(r.resource)?;
@@ -156,34 +185,56 @@ impl proto::state_server::State for StateService {
         }))
     }
 
-    async fn update(&self, req: Request<proto::UpdateRequest>) -> Result<Response<proto::UpdateResponse>, Status> {
+    async fn update(
+        &self,
+        req: Request<proto::UpdateRequest>,
+    ) -> Result<Response<proto::UpdateResponse>, Status> {
         let peer = self.peer(&req);
         let r = req.into_inner();
         let res = resource_of(r.new_resource)?;
         self.check_write(&peer, &res)?;
         let opts = r.options.unwrap_or_default();
-        let phase = opts.expected_phase.as_deref().map(Phase::parse).transpose().map_err(status)?;
+        let phase = opts
+            .expected_phase
+            .as_deref()
+            .map(Phase::parse)
+            .transpose()
+            .map_err(status)?;
         let updated = self.store.update(res, &opts.owner, phase).map_err(status)?;
         Ok(Response::new(proto::UpdateResponse {
             resource: Some(updated.to_proto()),
         }))
     }
 
-    async fn destroy(&self, req: Request<proto::DestroyRequest>) -> Result<Response<proto::DestroyResponse>, Status> {
+    async fn destroy(
+        &self,
+        req: Request<proto::DestroyRequest>,
+    ) -> Result<Response<proto::DestroyResponse>, Status> {
         let peer = self.peer(&req);
         let r = req.into_inner();
         if r.namespace == META_NAMESPACE && peer != Peer::Admin {
-            return Err(StateError::new(ErrorKind::PermissionDenied, "only stated writes namespace \"meta\"").to_status());
+            return Err(StateError::new(
+                ErrorKind::PermissionDenied,
+                "only stated writes namespace \"meta\"",
+            )
+            .to_status());
         }
-        self.policy.check(&peer, &r.namespace, Access::Write).map_err(status)?;
+        self.policy
+            .check(&peer, &r.namespace, Access::Write)
+            .map_err(status)?;
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
-        self.store.destroy(&r.namespace, &r.r#type, &r.id, &owner).map_err(status)?;
+        self.store
+            .destroy(&r.namespace, &r.r#type, &r.id, &owner)
+            .map_err(status)?;
         Ok(Response::new(proto::DestroyResponse {}))
     }
 
     type WatchStream = Stream_<proto::WatchResponse>;
 
-    async fn watch(&self, req: Request<proto::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        req: Request<proto::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         self.check(&req, &req.get_ref().namespace, Access::Read)?;
         let r = req.into_inner();
         let opts = r.options.unwrap_or_default();
@@ -191,16 +242,28 @@ impl proto::state_server::State for StateService {
             return Err(invalid("watch: type is empty"));
         }
         if r.id.is_some() && opts.bootstrap_contents {
-            return Err(StateError::new(ErrorKind::Unimplemented, "bootstrap contents is not supported for a single resource watch").to_status());
+            return Err(StateError::new(
+                ErrorKind::Unimplemented,
+                "bootstrap contents is not supported for a single resource watch",
+            )
+            .to_status());
         }
         if r.id.is_some() && !opts.label_query.is_empty() {
-            return Err(StateError::new(ErrorKind::Unimplemented, "label queries are not supported for a single resource watch").to_status());
+            return Err(StateError::new(
+                ErrorKind::Unimplemented,
+                "label queries are not supported for a single resource watch",
+            )
+            .to_status());
         }
         if opts.tail_events > 0 && opts.start_from_bookmark.is_some() {
-            return Err(Status::unknown("tail events and start from bookmark are mutually exclusive"));
+            return Err(Status::unknown(
+                "tail events and start from bookmark are mutually exclusive",
+            ));
         }
         if opts.bootstrap_contents && (opts.tail_events > 0 || opts.start_from_bookmark.is_some()) {
-            return Err(invalid("bootstrap contents is mutually exclusive with tail events and bookmarks"));
+            return Err(invalid(
+                "bootstrap contents is mutually exclusive with tail events and bookmarks",
+            ));
         }
         let filter = if r.id.is_some() {
             Filter::default()
@@ -221,7 +284,12 @@ impl proto::state_server::State for StateService {
             // A single watch starts with the current state: the resource or a tombstone.
             let pos = self.store.position();
             match self.store.get(&ns, &ty, id) {
-                Ok(res) => first.push(to_proto_event(proto::EventType::Created, &res, None, Some(encode_bookmark(epoch, pos)))),
+                Ok(res) => first.push(to_proto_event(
+                    proto::EventType::Created,
+                    &res,
+                    None,
+                    Some(encode_bookmark(epoch, pos)),
+                )),
                 Err(_) => first.push(to_proto_event(
                     proto::EventType::Destroyed,
                     &tombstone(&ns, &ty, id),
@@ -233,7 +301,12 @@ impl proto::state_server::State for StateService {
         } else if opts.bootstrap_contents {
             let (items, pos) = self.store.snapshot(&ns, &ty, &filter);
             for res in items {
-                first.push(to_proto_event(proto::EventType::Created, &res, None, Some(encode_bookmark(epoch, pos))));
+                first.push(to_proto_event(
+                    proto::EventType::Created,
+                    &res,
+                    None,
+                    Some(encode_bookmark(epoch, pos)),
+                ));
             }
             if r.api_version >= 1 {
                 first.push(to_proto_event(
@@ -247,7 +320,12 @@ impl proto::state_server::State for StateService {
         } else {
             let pos = self.store.position();
             if opts.bootstrap_bookmark {
-                first.push(to_proto_event(proto::EventType::Noop, &tombstone(&ns, &ty, ""), None, Some(encode_bookmark(epoch, pos))));
+                first.push(to_proto_event(
+                    proto::EventType::Noop,
+                    &tombstone(&ns, &ty, ""),
+                    None,
+                    Some(encode_bookmark(epoch, pos)),
+                ));
             }
             pos
         };
@@ -270,12 +348,20 @@ impl proto::state_server::State for StateService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn teardown(&self, req: Request<proto::TeardownRequest>) -> Result<Response<proto::TeardownResponse>, Status> {
+    async fn teardown(
+        &self,
+        req: Request<proto::TeardownRequest>,
+    ) -> Result<Response<proto::TeardownResponse>, Status> {
         self.check(&req, &req.get_ref().namespace, Access::Write)?;
         let r = req.into_inner();
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
-        let ready = self.store.teardown(&r.namespace, &r.r#type, &r.id, &owner).map_err(status)?;
-        Ok(Response::new(proto::TeardownResponse { destroy_ready: ready }))
+        let ready = self
+            .store
+            .teardown(&r.namespace, &r.r#type, &r.id, &owner)
+            .map_err(status)?;
+        Ok(Response::new(proto::TeardownResponse {
+            destroy_ready: ready,
+        }))
     }
 
     async fn teardown_and_destroy(
@@ -286,7 +372,10 @@ impl proto::state_server::State for StateService {
         let r = req.into_inner();
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
         let mut notify = self.store.subscribe(&r.namespace, &r.r#type);
-        let mut ready = self.store.teardown(&r.namespace, &r.r#type, &r.id, &owner).map_err(status)?;
+        let mut ready = self
+            .store
+            .teardown(&r.namespace, &r.r#type, &r.id, &owner)
+            .map_err(status)?;
         loop {
             if ready {
                 match self.store.destroy(&r.namespace, &r.r#type, &r.id, &owner) {
@@ -330,10 +419,18 @@ impl Watcher {
             return true;
         }
         if self.aggregated {
-            self.tx.send(Ok(proto::WatchResponse { event: events })).await.is_ok()
+            self.tx
+                .send(Ok(proto::WatchResponse { event: events }))
+                .await
+                .is_ok()
         } else {
             for e in events {
-                if self.tx.send(Ok(proto::WatchResponse { event: vec![e] })).await.is_err() {
+                if self
+                    .tx
+                    .send(Ok(proto::WatchResponse { event: vec![e] }))
+                    .await
+                    .is_err()
+                {
                     return false;
                 }
             }
@@ -341,12 +438,21 @@ impl Watcher {
         }
     }
 
-    async fn run(mut self, first: Vec<proto::Event>, mut notify: tokio::sync::watch::Receiver<u64>) {
+    async fn run(
+        mut self,
+        first: Vec<proto::Event>,
+        mut notify: tokio::sync::watch::Receiver<u64>,
+    ) {
         if !self.send(first).await {
             return;
         }
         loop {
-            let (events, next) = match self.store.events_after(&self.ns, &self.ty, self.pos, WATCH_BATCH) {
+            let (events, next) = match self.store.events_after(
+                &self.ns,
+                &self.ty,
+                self.pos,
+                WATCH_BATCH,
+            ) {
                 Ok(x) => x,
                 Err(()) => {
                     if self.api_version >= 1 {
@@ -384,10 +490,9 @@ impl Watcher {
                     EventKind::Created if new_match => Some(proto::EventType::Created),
                     EventKind::Destroyed if new_match => Some(proto::EventType::Destroyed),
                     EventKind::Updated => {
-                        let old_match = e
-                            .old
-                            .as_ref()
-                            .is_some_and(|o| self.filter.matches(&o.metadata.id, &o.metadata.labels));
+                        let old_match = e.old.as_ref().is_some_and(|o| {
+                            self.filter.matches(&o.metadata.id, &o.metadata.labels)
+                        });
                         match (old_match, new_match) {
                             (true, true) => Some(proto::EventType::Updated),
                             (true, false) => Some(proto::EventType::Destroyed),
@@ -398,7 +503,11 @@ impl Watcher {
                     _ => None,
                 };
                 if let Some(k) = kind {
-                    let old = if k == proto::EventType::Updated { e.old.as_deref() } else { None };
+                    let old = if k == proto::EventType::Updated {
+                        e.old.as_deref()
+                    } else {
+                        None
+                    };
                     out.push(to_proto_event(k, r, old, bookmark));
                 }
             }

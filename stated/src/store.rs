@@ -146,10 +146,18 @@ fn validate(r: &RawResource) -> Result<(), StateError> {
     if r.spec.len() + r.yaml_spec.len() > MAX_SPEC {
         return Err(StateError::new(
             ErrorKind::InvalidArgument,
-            format!("spec of {} bytes exceeds the limit of {MAX_SPEC}", r.spec.len() + r.yaml_spec.len()),
+            format!(
+                "spec of {} bytes exceeds the limit of {MAX_SPEC}",
+                r.spec.len() + r.yaml_spec.len()
+            ),
         ));
     }
-    let meta_size: usize = md.labels.iter().chain(&md.annotations).map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    let meta_size: usize = md
+        .labels
+        .iter()
+        .chain(&md.annotations)
+        .map(|(k, v)| k.len() + v.len())
+        .sum::<usize>()
         + md.finalizers.iter().map(String::len).sum::<usize>()
         + md.owner.len();
     if meta_size > MAX_METADATA {
@@ -159,13 +167,19 @@ fn validate(r: &RawResource) -> Result<(), StateError> {
         ));
     }
     if md.labels.keys().any(|k| k.is_empty()) {
-        return Err(StateError::new(ErrorKind::InvalidArgument, "empty label key"));
+        return Err(StateError::new(
+            ErrorKind::InvalidArgument,
+            "empty label key",
+        ));
     }
     Ok(())
 }
 
 fn not_found(ns: &str, ty: &str, id: &str) -> StateError {
-    StateError::new(ErrorKind::NotFound, format!("resource {ns}/{ty}/{id} doesn't exist"))
+    StateError::new(
+        ErrorKind::NotFound,
+        format!("resource {ns}/{ty}/{id} doesn't exist"),
+    )
 }
 
 fn owner_conflict(md: &Metadata, owner: &str) -> StateError {
@@ -180,7 +194,10 @@ fn owner_conflict(md: &Metadata, owner: &str) -> StateError {
 
 fn persist_error(e: PersistError) -> StateError {
     tracing::error!(error = %cosi::error::Chain(&e), "persisting a write failed");
-    StateError::new(ErrorKind::Unavailable, format!("cannot persist write: {}", cosi::error::Chain(&e)))
+    StateError::new(
+        ErrorKind::Unavailable,
+        format!("cannot persist write: {}", cosi::error::Chain(&e)),
+    )
 }
 
 /// A bookmark: 8-byte epoch of the run state and 8-byte sequence number, big-endian.
@@ -231,7 +248,8 @@ impl Store {
             // A new boot: durable namespaces come back from the state directory.
             if let Some(d) = &inner.durable {
                 let mut found = Vec::new();
-                for name in durable_names(cfg.state_dir, &cfg.namespaces, &inner.durable_namespaces) {
+                for name in durable_names(cfg.state_dir, &cfg.namespaces, &inner.durable_namespaces)
+                {
                     found.extend(d.load(&name)?);
                 }
                 for r in found {
@@ -250,10 +268,13 @@ impl Store {
                 .into_iter()
                 .collect();
             for ns in namespaces {
-                d.write(&ns, inner.namespace_items(&ns)).map_err(OpenError::Persist)?;
+                d.write(&ns, inner.namespace_items(&ns))
+                    .map_err(OpenError::Persist)?;
             }
         }
-        let store = Store { inner: Mutex::new(inner) };
+        let store = Store {
+            inner: Mutex::new(inner),
+        };
         store.register_meta(&cfg.namespaces)?;
         {
             let mut inner = lock(&store.inner);
@@ -265,7 +286,10 @@ impl Store {
     }
 
     fn register_meta(&self, namespaces: &[(String, String)]) -> Result<(), StateError> {
-        for def in [ResourceDefinition::definition(), NamespaceSpec::definition()] {
+        for def in [
+            ResourceDefinition::definition(),
+            NamespaceSpec::definition(),
+        ] {
             self.ensure_internal(META_NAMESPACE, ResourceDefinition::TYPE, &def.id(), &def)?;
         }
         self.ensure_internal(
@@ -290,7 +314,13 @@ impl Store {
     }
 
     /// Creates or refreshes a resource that stated itself owns.
-    fn ensure_internal<S: serde::Serialize>(&self, ns: &str, ty: &str, id: &str, spec: &S) -> Result<(), StateError> {
+    fn ensure_internal<S: serde::Serialize>(
+        &self,
+        ns: &str,
+        ty: &str,
+        id: &str,
+        spec: &S,
+    ) -> Result<(), StateError> {
         let bytes = cosi::resource::encode_spec(spec)
             .map_err(|e| StateError::new(ErrorKind::Other, cosi::error::Chain(&e).to_string()))?;
         let mut inner = lock(&self.inner);
@@ -324,7 +354,9 @@ impl Store {
 
     /// Gets one resource.
     pub fn get(&self, ns: &str, ty: &str, id: &str) -> Result<Arc<RawResource>, StateError> {
-        lock(&self.inner).get(ns, ty, id).ok_or_else(|| not_found(ns, ty, id))
+        lock(&self.inner)
+            .get(ns, ty, id)
+            .ok_or_else(|| not_found(ns, ty, id))
     }
 
     /// Lists matching resources of a kind, sorted by ID.
@@ -354,18 +386,30 @@ impl Store {
         if ns == META_NAMESPACE {
             return Ok(());
         }
-        let exists = lock(&self.inner).get(META_NAMESPACE, NamespaceSpec::TYPE, ns).is_some();
+        let exists = lock(&self.inner)
+            .get(META_NAMESPACE, NamespaceSpec::TYPE, ns)
+            .is_some();
         if exists {
             return Ok(());
         }
-        match self.ensure_internal(META_NAMESPACE, NamespaceSpec::TYPE, ns, &NamespaceSpec::default()) {
+        match self.ensure_internal(
+            META_NAMESPACE,
+            NamespaceSpec::TYPE,
+            ns,
+            &NamespaceSpec::default(),
+        ) {
             Err(e) if e.is_conflict() => Ok(()),
             other => other,
         }
     }
 
     /// Updates a resource (compare-and-set on its version).
-    pub fn update(&self, r: RawResource, owner: &str, expected_phase: Option<Phase>) -> Result<Arc<RawResource>, StateError> {
+    pub fn update(
+        &self,
+        r: RawResource,
+        owner: &str,
+        expected_phase: Option<Phase>,
+    ) -> Result<Arc<RawResource>, StateError> {
         validate(&r)?;
         lock(&self.inner).update(r, owner, expected_phase)
     }
@@ -428,7 +472,12 @@ impl Store {
 
     /// Checks a bookmark; returns its position if events after it are still available.
     pub fn resolve_bookmark(&self, ns: &str, ty: &str, bookmark: &[u8]) -> Result<u64, StateError> {
-        let invalid = |why: &str| StateError::new(ErrorKind::InvalidBookmark, format!("invalid bookmark: {why}"));
+        let invalid = |why: &str| {
+            StateError::new(
+                ErrorKind::InvalidBookmark,
+                format!("invalid bookmark: {why}"),
+            )
+        };
         let (epoch, pos) = match bookmark {
             [e @ .., _, _, _, _, _, _, _, _] if e.len() == 8 => {
                 let mut a = [0u8; 8];
@@ -479,7 +528,13 @@ impl Store {
     /// Events of a kind after `pos`, at most `max`; `Err` if the history no longer reaches back
     /// to `pos` (the watcher fell behind: it must resume from a relist).
     #[allow(clippy::result_unit_err)]
-    pub fn events_after(&self, ns: &str, ty: &str, pos: u64, max: usize) -> Result<(Vec<Arc<StoredEvent>>, u64), ()> {
+    pub fn events_after(
+        &self,
+        ns: &str,
+        ty: &str,
+        pos: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<StoredEvent>>, u64), ()> {
         let inner = lock(&self.inner);
         let Some(c) = inner.collections.get(&(ns.to_string(), ty.to_string())) else {
             return Ok((Vec::new(), pos));
@@ -509,7 +564,11 @@ fn durable_names(
     declared: &[(String, String)],
     is_durable: &dyn Fn(&str) -> bool,
 ) -> Vec<String> {
-    let mut names: Vec<String> = declared.iter().map(|(n, _)| n.clone()).filter(|n| is_durable(n)).collect();
+    let mut names: Vec<String> = declared
+        .iter()
+        .map(|(n, _)| n.clone())
+        .filter(|n| is_durable(n))
+        .collect();
     if let Some(dir) = state_dir {
         if let Ok(rd) = std::fs::read_dir(dir) {
             for e in rd.flatten() {
@@ -544,7 +603,10 @@ impl Inner {
     fn load(&mut self, r: RawResource) {
         let kind = kind_of(&r.metadata);
         let base = self.base;
-        let c = self.collections.entry(kind).or_insert_with(|| Collection::new(base));
+        let c = self
+            .collections
+            .entry(kind)
+            .or_insert_with(|| Collection::new(base));
         if c.items.insert(r.metadata.id.clone(), Arc::new(r)).is_none() {
             self.resources += 1;
         }
@@ -557,7 +619,11 @@ impl Inner {
             Some(r) => {
                 let r = Arc::new(RawResource::from_proto(r)?);
                 let old = self.get(&r.metadata.namespace, &r.metadata.r#type, &r.metadata.id);
-                let kind = if old.is_some() { EventKind::Updated } else { EventKind::Created };
+                let kind = if old.is_some() {
+                    EventKind::Updated
+                } else {
+                    EventKind::Created
+                };
                 self.apply(seq, kind, r, old);
             }
             None => {
@@ -571,11 +637,20 @@ impl Inner {
     }
 
     /// Applies a write in memory: item, history, notification.
-    fn apply(&mut self, seq: u64, kind: EventKind, r: Arc<RawResource>, old: Option<Arc<RawResource>>) {
+    fn apply(
+        &mut self,
+        seq: u64,
+        kind: EventKind,
+        r: Arc<RawResource>,
+        old: Option<Arc<RawResource>>,
+    ) {
         let key = kind_of(&r.metadata);
         let cap = self.history_cap;
         let base = self.base;
-        let c = self.collections.entry(key).or_insert_with(|| Collection::new(base));
+        let c = self
+            .collections
+            .entry(key)
+            .or_insert_with(|| Collection::new(base));
         match kind {
             EventKind::Created | EventKind::Updated => {
                 if c.items.insert(r.metadata.id.clone(), r.clone()).is_none() {
@@ -603,7 +678,12 @@ impl Inner {
     }
 
     /// Persists then applies a write. Nothing changes in memory if persisting fails.
-    fn commit(&mut self, kind: EventKind, r: Arc<RawResource>, old: Option<Arc<RawResource>>) -> Result<(), StateError> {
+    fn commit(
+        &mut self,
+        kind: EventKind,
+        r: Arc<RawResource>,
+        old: Option<Arc<RawResource>>,
+    ) -> Result<(), StateError> {
         let seq = self.seq + 1;
         let ns = r.metadata.namespace.clone();
         if (self.durable_namespaces)(&ns) {
@@ -658,7 +738,12 @@ impl Inner {
         let Some(mut run) = self.run.take() else {
             return Ok(());
         };
-        let result = run.compact(&header, self.collections.values().flat_map(|c| c.items.values().map(|r| r.as_ref())));
+        let result = run.compact(
+            &header,
+            self.collections
+                .values()
+                .flat_map(|c| c.items.values().map(|r| r.as_ref())),
+        );
         self.run = Some(run);
         if result.is_ok() {
             self.log_records = 0;
@@ -671,7 +756,10 @@ impl Inner {
         if self.get(&md.namespace, &md.r#type, &md.id).is_some() {
             return Err(StateError::new(
                 ErrorKind::AlreadyExists,
-                format!("resource {}/{}/{} already exists", md.namespace, md.r#type, md.id),
+                format!(
+                    "resource {}/{}/{} already exists",
+                    md.namespace, md.r#type, md.id
+                ),
             ));
         }
         let now = SystemTime::now();
@@ -684,7 +772,12 @@ impl Inner {
         Ok(r)
     }
 
-    fn update(&mut self, mut r: RawResource, owner: &str, expected_phase: Option<Phase>) -> Result<Arc<RawResource>, StateError> {
+    fn update(
+        &mut self,
+        mut r: RawResource,
+        owner: &str,
+        expected_phase: Option<Phase>,
+    ) -> Result<Arc<RawResource>, StateError> {
         let md = &r.metadata;
         let cur = self
             .get(&md.namespace, &md.r#type, &md.id)
@@ -735,7 +828,12 @@ impl Inner {
                 ErrorKind::Conflict,
                 format!(
                     "resource {ns}/{ty}/{id} has pending finalizers: {}",
-                    cur.metadata.finalizers.iter().cloned().collect::<Vec<_>>().join(", ")
+                    cur.metadata
+                        .finalizers
+                        .iter()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }

@@ -66,7 +66,10 @@ impl Harness {
     /// is flushed beyond what every write already did.
     pub async fn stop(&mut self) {
         if let Some(rt) = self.runtime.take() {
-            let _ = tokio::task::spawn_blocking(move || rt.shutdown_timeout(std::time::Duration::from_secs(5))).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                rt.shutdown_timeout(std::time::Duration::from_secs(5))
+            })
+            .await;
         }
     }
 

@@ -1,5 +1,6 @@
 //! kill -9 of the real stated binary: no acknowledged write is lost, clients resume, and a
 //! durable namespace interrupted mid-write holds the old or the new value after a reboot.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -48,7 +49,10 @@ impl Drop for Stated {
 
 async fn wait_ready(c: &cosi::Client) {
     for _ in 0..200 {
-        if c.list("meta", "Namespaces.meta.cosi.dev", &Default::default()).await.is_ok() {
+        if c.list("meta", "Namespaces.meta.cosi.dev", &Default::default())
+            .await
+            .is_ok()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -58,7 +62,11 @@ async fn wait_ready(c: &cosi::Client) {
 
 fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
     let d = tempfile::tempdir().unwrap();
-    let (s, st, r) = (d.path().join("s.sock"), d.path().join("state"), d.path().join("run"));
+    let (s, st, r) = (
+        d.path().join("s.sock"),
+        d.path().join("state"),
+        d.path().join("run"),
+    );
     (d, s, st, r)
 }
 
@@ -66,10 +74,17 @@ fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
 async fn kill9_under_write_load_loses_no_acknowledged_write() {
     let (_d, sock, state, run) = dirs();
     let mut s = Stated::start(&sock, &state, &run);
-    let c = cosi::Client::new(&sock).unwrap().with_read_retry(Duration::from_secs(10));
+    let c = cosi::Client::new(&sock)
+        .unwrap()
+        .with_read_retry(Duration::from_secs(10));
     wait_ready(&c).await;
 
-    let mut watch = c.watch(WatchSpec { namespace: "default".into(), r#type: T.into(), bootstrap: true, ..Default::default() });
+    let mut watch = c.watch(WatchSpec {
+        namespace: "default".into(),
+        r#type: T.into(),
+        bootstrap: true,
+        ..Default::default()
+    });
     assert_eq!(next(&mut watch).await.kind, EventKind::Bootstrapped);
 
     // Four writers create resources as fast as they can and record what was acknowledged.
@@ -94,21 +109,33 @@ async fn kill9_under_write_load_loses_no_acknowledged_write() {
         w.await.unwrap();
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() > 100, "only {} writes before the kill", acked.len());
+    assert!(
+        acked.len() > 100,
+        "only {} writes before the kill",
+        acked.len()
+    );
 
     let _s2 = Stated::start(&sock, &state, &run);
     wait_ready(&c).await;
     let stored = c.list("default", T, &Default::default()).await.unwrap();
-    let ids: std::collections::HashSet<String> = stored.iter().map(|r| r.metadata.id.clone()).collect();
+    let ids: std::collections::HashSet<String> =
+        stored.iter().map(|r| r.metadata.id.clone()).collect();
     let lost: Vec<&String> = acked.iter().filter(|id| !ids.contains(*id)).collect();
-    assert!(lost.is_empty(), "{} acknowledged writes lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
     for r in &stored {
         assert_eq!(value(r), r.metadata.id, "spec intact");
     }
 
     // The watch from before the kill resumes by itself: everything acknowledged arrives, then
     // a write made after the restart.
-    c.create(&res("default", T, "after", "after"), "").await.unwrap();
+    c.create(&res("default", T, "after", "after"), "")
+        .await
+        .unwrap();
     let mut seen = std::collections::HashSet::new();
     loop {
         let e = next(&mut watch).await;
@@ -119,7 +146,10 @@ async fn kill9_under_write_load_loses_no_acknowledged_write() {
             break;
         }
     }
-    assert!(acked.iter().all(|id| seen.contains(id)), "the resumed watch missed acknowledged writes");
+    assert!(
+        acked.iter().all(|id| seen.contains(id)),
+        "the resumed watch missed acknowledged writes"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,7 +160,9 @@ async fn durable_write_interrupted_by_kill9_is_old_or_new_after_reboot() {
         // Each round is a new boot (fresh run dir) on the same state dir.
         let run = _d.path().join(format!("run{round}"));
         let mut s = Stated::start(&sock, &state, &run);
-        let c = cosi::Client::new(&sock).unwrap().with_read_retry(Duration::from_secs(10));
+        let c = cosi::Client::new(&sock)
+            .unwrap()
+            .with_read_retry(Duration::from_secs(10));
         wait_ready(&c).await;
         let cur = match c.get("config", T, "v1alpha1").await {
             Ok(r) => Some(r),
@@ -142,7 +174,10 @@ async fn durable_write_interrupted_by_kill9_is_old_or_new_after_reboot() {
             Some(r) => {
                 let v: u64 = value(r).parse().unwrap();
                 // Old or new: what was acknowledged, or the one write in flight at the kill.
-                assert!(v == last_acked || v == last_acked + 1, "round {round}: found {v}, last acked {last_acked}");
+                assert!(
+                    v == last_acked || v == last_acked + 1,
+                    "round {round}: found {v}, last acked {last_acked}"
+                );
                 attempted = v;
             }
             None => assert_eq!(round, 0, "the durable namespace did not survive the reboot"),
@@ -155,7 +190,10 @@ async fn durable_write_interrupted_by_kill9_is_old_or_new_after_reboot() {
                 loop {
                     let n = acked + 1;
                     let result = match &cur {
-                        None => c.create(&res("config", T, "v1alpha1", &n.to_string()), "").await,
+                        None => {
+                            c.create(&res("config", T, "v1alpha1", &n.to_string()), "")
+                                .await
+                        }
                         Some(r) => {
                             let mut r = r.clone();
                             r.spec = cosi::resource::encode_spec(&n.to_string()).unwrap();
@@ -167,7 +205,9 @@ async fn durable_write_interrupted_by_kill9_is_old_or_new_after_reboot() {
                             cur = Some(r);
                             acked = n;
                         }
-                        Err(e) if e.is_unavailable() || e.kind() == ErrorKind::Other => return acked,
+                        Err(e) if e.is_unavailable() || e.kind() == ErrorKind::Other => {
+                            return acked
+                        }
                         Err(e) => panic!("{e}"),
                     }
                 }

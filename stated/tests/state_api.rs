@@ -1,5 +1,6 @@
 //! The State API through the gRPC client against a real stated: the COSI error matrix, CAS,
 //! finalizers, teardown, bad input, and watch semantics.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -21,8 +22,17 @@ async fn crud_cas_and_error_matrix() {
     assert_eq!(created.metadata.version, 1);
     assert_eq!(created.metadata.owner, "ctrl");
     assert!(created.metadata.created.is_some());
-    assert_eq!(c.create(&res(NS, T, "a", "x"), "ctrl").await.unwrap_err().kind(), ErrorKind::AlreadyExists);
-    assert_eq!(c.get(NS, T, "nope").await.unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(
+        c.create(&res(NS, T, "a", "x"), "ctrl")
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::AlreadyExists
+    );
+    assert_eq!(
+        c.get(NS, T, "nope").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
 
     // Compare-and-set on the version.
     let mut upd = created.clone();
@@ -37,20 +47,47 @@ async fn crud_cas_and_error_matrix() {
     // Owner is checked exactly on Update, Destroy and Teardown.
     let mut other = v2.clone();
     other.metadata.owner = "other".into();
-    assert_eq!(c.update(&other, "other", None).await.unwrap_err().kind(), ErrorKind::OwnerConflict);
-    assert_eq!(c.destroy(NS, T, "a", "other").await.unwrap_err().kind(), ErrorKind::OwnerConflict);
-    assert_eq!(c.teardown(NS, T, "a", "").await.unwrap_err().kind(), ErrorKind::OwnerConflict);
-    assert_eq!(c.update(&res(NS, T, "zz", "v"), "ctrl", None).await.unwrap_err().kind(), ErrorKind::NotFound);
-    assert_eq!(c.destroy(NS, T, "zz", "ctrl").await.unwrap_err().kind(), ErrorKind::NotFound);
-    assert_eq!(c.teardown(NS, T, "zz", "ctrl").await.unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(
+        c.update(&other, "other", None).await.unwrap_err().kind(),
+        ErrorKind::OwnerConflict
+    );
+    assert_eq!(
+        c.destroy(NS, T, "a", "other").await.unwrap_err().kind(),
+        ErrorKind::OwnerConflict
+    );
+    assert_eq!(
+        c.teardown(NS, T, "a", "").await.unwrap_err().kind(),
+        ErrorKind::OwnerConflict
+    );
+    assert_eq!(
+        c.update(&res(NS, T, "zz", "v"), "ctrl", None)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        c.destroy(NS, T, "zz", "ctrl").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        c.teardown(NS, T, "zz", "ctrl").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
 
     // Finalizers block Destroy; Teardown reports readiness; phase conflicts on Update.
     c.add_finalizer(NS, T, "a", "fin").await.unwrap();
-    assert_eq!(c.destroy(NS, T, "a", "ctrl").await.unwrap_err().kind(), ErrorKind::Conflict);
+    assert_eq!(
+        c.destroy(NS, T, "a", "ctrl").await.unwrap_err().kind(),
+        ErrorKind::Conflict
+    );
     assert!(!c.teardown(NS, T, "a", "ctrl").await.unwrap());
     let cur = c.get(NS, T, "a").await.unwrap();
     assert_eq!(cur.metadata.phase, Phase::TearingDown);
-    let e = c.update(&cur, "ctrl", Some(Phase::Running)).await.unwrap_err();
+    let e = c
+        .update(&cur, "ctrl", Some(Phase::Running))
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::PhaseConflict, "{e}");
     // Unset expected phase means any phase.
     c.update(&cur, "ctrl", None).await.unwrap();
@@ -61,7 +98,11 @@ async fn crud_cas_and_error_matrix() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!td.is_finished());
     c.remove_finalizer(NS, T, "a", "fin").await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), td).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), td)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert!(c.get(NS, T, "a").await.unwrap_err().is_not_found());
     // Removing a finalizer of a missing resource is not an error.
     c.remove_finalizer(NS, T, "a", "fin").await.unwrap();
@@ -78,14 +119,29 @@ async fn list_filters_and_sorts() {
         }
         c.create(&r, "").await.unwrap();
     }
-    let all: Vec<String> = c.list(NS, T, &Query::default()).await.unwrap().into_iter().map(|r| r.metadata.id).collect();
+    let all: Vec<String> = c
+        .list(NS, T, &Query::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.metadata.id)
+        .collect();
     assert_eq!(all, ["a", "b", "c", "eth0", "eth1"]);
-    let links = c.list(NS, T, &Query::default().label_equal("kind", "link")).await.unwrap();
+    let links = c
+        .list(NS, T, &Query::default().label_equal("kind", "link"))
+        .await
+        .unwrap();
     assert_eq!(links.len(), 2);
-    let by_id = c.list(NS, T, &Query::default().id_regexp("1$")).await.unwrap();
+    let by_id = c
+        .list(NS, T, &Query::default().id_regexp("1$"))
+        .await
+        .unwrap();
     assert_eq!(by_id.len(), 1);
     assert_eq!(value(&by_id[0]), "eth1");
-    let bad = c.list(NS, T, &Query::default().id_regexp("(")).await.unwrap_err();
+    let bad = c
+        .list(NS, T, &Query::default().id_regexp("("))
+        .await
+        .unwrap_err();
     assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
     // Namespaces appear in meta once written.
     c.get("meta", "Namespaces.meta.cosi.dev", NS).await.unwrap();
@@ -97,22 +153,49 @@ async fn bad_input_is_invalid_argument_and_changes_nothing() {
     let mut r = raw(&h.socket).await;
     let before = h.store.seq();
     // No resource at all.
-    let e = r.create(proto::CreateRequest { resource: None, options: None }).await.unwrap_err();
+    let e = r
+        .create(proto::CreateRequest {
+            resource: None,
+            options: None,
+        })
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     // Missing metadata.
     let e = r
-        .create(proto::CreateRequest { resource: Some(proto::Resource { metadata: None, spec: None }), options: None })
+        .create(proto::CreateRequest {
+            resource: Some(proto::Resource {
+                metadata: None,
+                spec: None,
+            }),
+            options: None,
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     // Empty ID, control characters, bad phase, bad version.
-    for (id, phase, version) in [("", "running", ""), ("a\u{1}b", "running", ""), ("x", "exploding", ""), ("x", "", "v1")] {
+    for (id, phase, version) in [
+        ("", "running", ""),
+        ("a\u{1}b", "running", ""),
+        ("x", "exploding", ""),
+        ("x", "", "v1"),
+    ] {
         let mut m = res(NS, T, id, "v").to_proto();
         let md = m.metadata.as_mut().unwrap();
         md.phase = phase.into();
         md.version = version.into();
-        let e = r.create(proto::CreateRequest { resource: Some(m), options: None }).await.unwrap_err();
-        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{id:?} {phase:?}: {e}");
+        let e = r
+            .create(proto::CreateRequest {
+                resource: Some(m),
+                options: None,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.code(),
+            tonic::Code::InvalidArgument,
+            "{id:?} {phase:?}: {e}"
+        );
     }
     // Oversize spec.
     let mut big = res(NS, T, "big", "");
@@ -125,7 +208,10 @@ async fn bad_input_is_invalid_argument_and_changes_nothing() {
             namespace: NS.into(),
             r#type: T.into(),
             id: None,
-            options: Some(proto::WatchOptions { id_query: Some(proto::IdQuery { regexp: "[".into() }), ..Default::default() }),
+            options: Some(proto::WatchOptions {
+                id_query: Some(proto::IdQuery { regexp: "[".into() }),
+                ..Default::default()
+            }),
             api_version: 1,
         })
         .await
@@ -134,7 +220,10 @@ async fn bad_input_is_invalid_argument_and_changes_nothing() {
     let e = r
         .update(proto::UpdateRequest {
             new_resource: Some(res(NS, T, "x", "v").to_proto()),
-            options: Some(proto::UpdateOptions { owner: String::new(), expected_phase: Some("sideways".into()) }),
+            options: Some(proto::UpdateOptions {
+                owner: String::new(),
+                expected_phase: Some("sideways".into()),
+            }),
         })
         .await
         .unwrap_err();
@@ -145,7 +234,10 @@ async fn bad_input_is_invalid_argument_and_changes_nothing() {
             namespace: NS.into(),
             r#type: T.into(),
             id: Some("x".into()),
-            options: Some(proto::WatchOptions { bootstrap_contents: true, ..Default::default() }),
+            options: Some(proto::WatchOptions {
+                bootstrap_contents: true,
+                ..Default::default()
+            }),
             api_version: 1,
         })
         .await
@@ -166,17 +258,37 @@ async fn watch_marker_bootstrap_and_api_version() {
                 namespace: NS.into(),
                 r#type: T.into(),
                 id: None,
-                options: Some(proto::WatchOptions { bootstrap_contents: true, aggregated: true, ..Default::default() }),
+                options: Some(proto::WatchOptions {
+                    bootstrap_contents: true,
+                    aggregated: true,
+                    ..Default::default()
+                }),
                 api_version,
             })
             .await
             .unwrap()
             .into_inner();
         let marker = s.message().await.unwrap().unwrap();
-        assert!(marker.event.is_empty(), "first response must be the empty marker");
+        assert!(
+            marker.event.is_empty(),
+            "first response must be the empty marker"
+        );
         let batch = s.message().await.unwrap().unwrap();
         let kinds: Vec<i32> = batch.event.iter().map(|e| e.event_type).collect();
-        let ids: Vec<String> = batch.event.iter().map(|e| e.resource.as_ref().unwrap().metadata.as_ref().unwrap().id.clone()).collect();
+        let ids: Vec<String> = batch
+            .event
+            .iter()
+            .map(|e| {
+                e.resource
+                    .as_ref()
+                    .unwrap()
+                    .metadata
+                    .as_ref()
+                    .unwrap()
+                    .id
+                    .clone()
+            })
+            .collect();
         if api_version == 0 {
             assert_eq!(kinds, [0, 0], "api_version 0 gets no BOOTSTRAPPED");
         } else {
@@ -193,14 +305,22 @@ async fn watch_single_tail_filter_rewrite_and_bookmark() {
     let c = &h.client;
 
     // Single watch of a missing resource starts with a tombstone.
-    let mut single = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), id: Some("x".into()), ..Default::default() });
+    let mut single = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        id: Some("x".into()),
+        ..Default::default()
+    });
     assert_eq!(next(&mut single).await.kind, EventKind::Destroyed);
 
     let mut labelled = res(NS, T, "x", "1");
     labelled.metadata.labels.insert("app".into(), "web".into());
     let x = c.create(&labelled, "").await.unwrap();
     let e = next(&mut single).await;
-    assert_eq!((e.kind, value(&e.resource)), (EventKind::Created, "1".into()));
+    assert_eq!(
+        (e.kind, value(&e.resource)),
+        (EventKind::Created, "1".into())
+    );
 
     // Kind watch filtered by label: leaving the filter is DESTROYED, entering it is CREATED.
     let mut filtered = c.watch(WatchSpec {
@@ -240,12 +360,20 @@ async fn watch_single_tail_filter_rewrite_and_bookmark() {
     assert_eq!(e.kind, EventKind::Created);
     assert_eq!(e.resource.metadata.id, "y");
     let e = next(&mut resumed).await;
-    assert_eq!((e.kind, value(&e.resource)), (EventKind::Updated, "2".into()));
+    assert_eq!(
+        (e.kind, value(&e.resource)),
+        (EventKind::Updated, "2".into())
+    );
     assert_eq!(value(e.old.as_ref().unwrap()), "1");
     assert_eq!(next(&mut resumed).await.kind, EventKind::Destroyed);
 
     // Tail: the last two events of the kind.
-    let mut tail = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), tail_events: 2, ..Default::default() });
+    let mut tail = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        tail_events: 2,
+        ..Default::default()
+    });
     assert_eq!(next(&mut tail).await.kind, EventKind::Updated);
     assert_eq!(next(&mut tail).await.kind, EventKind::Destroyed);
 
@@ -256,7 +384,11 @@ async fn watch_single_tail_filter_rewrite_and_bookmark() {
         start_from_bookmark: Some(vec![1, 2, 3]),
         ..Default::default()
     });
-    let err = tokio::time::timeout(Duration::from_secs(5), bad.next()).await.unwrap().unwrap().unwrap_err();
+    let err = tokio::time::timeout(Duration::from_secs(5), bad.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidBookmark);
 }
 
@@ -264,7 +396,12 @@ async fn watch_single_tail_filter_rewrite_and_bookmark() {
 async fn bookmarks_and_data_survive_a_restart_and_watches_resume() {
     let mut h = Harness::start().await;
     let c = h.client.clone();
-    let mut w = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), bootstrap: true, ..Default::default() });
+    let mut w = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        bootstrap: true,
+        ..Default::default()
+    });
     assert_eq!(next(&mut w).await.kind, EventKind::Bootstrapped);
     let a = c.create(&res(NS, T, "a", "1"), "o").await.unwrap();
     let e = next(&mut w).await;
@@ -277,7 +414,10 @@ async fn bookmarks_and_data_survive_a_restart_and_watches_resume() {
     // The old watch resumed by itself: it sees a write made after the restart.
     c.create(&res(NS, T, "b", "2"), "o").await.unwrap();
     let e = next(&mut w).await;
-    assert_eq!((e.kind, e.resource.metadata.id.as_str()), (EventKind::Created, "b"));
+    assert_eq!(
+        (e.kind, e.resource.metadata.id.as_str()),
+        (EventKind::Created, "b")
+    );
     // A bookmark taken before the restart is still valid.
     let mut resumed = c.watch(WatchSpec {
         namespace: NS.into(),
@@ -301,13 +441,20 @@ async fn a_stalled_watcher_delays_no_one_and_gets_a_resumable_error() {
             namespace: NS.into(),
             r#type: T.into(),
             id: None,
-            options: Some(proto::WatchOptions { aggregated: false, ..Default::default() }),
+            options: Some(proto::WatchOptions {
+                aggregated: false,
+                ..Default::default()
+            }),
             api_version: 1,
         })
         .await
         .unwrap()
         .into_inner();
-    let mut healthy = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), ..Default::default() });
+    let mut healthy = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        ..Default::default()
+    });
     // Give the healthy watch time to be established before writing.
     tokio::time::sleep(Duration::from_millis(100)).await;
     const N: usize = 20_000;
@@ -333,8 +480,15 @@ async fn a_stalled_watcher_delays_no_one_and_gets_a_resumable_error() {
     assert!(seen >= 1);
     // The stalled one, read now, ends in a resumable ERRORED event carrying a bookmark.
     let mut errored = None;
-    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(5), stalled.message()).await.unwrap() {
-        if let Some(e) = m.event.iter().find(|e| e.event_type == proto::EventType::Errored as i32) {
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(5), stalled.message())
+        .await
+        .unwrap()
+    {
+        if let Some(e) = m
+            .event
+            .iter()
+            .find(|e| e.event_type == proto::EventType::Errored as i32)
+        {
             errored = Some(e.clone());
             break;
         }
@@ -348,12 +502,19 @@ async fn a_stalled_watcher_delays_no_one_and_gets_a_resumable_error() {
 async fn an_idle_kind_keeps_its_bookmark_while_other_kinds_are_written() {
     let mut h = Harness::start_configured(|c| c.history = 16).await;
     let c = h.client.clone();
-    let mut w = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), bootstrap_bookmark: true, ..Default::default() });
+    let mut w = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        bootstrap_bookmark: true,
+        ..Default::default()
+    });
     let noop = next(&mut w).await;
     assert_eq!(noop.kind, EventKind::Noop);
     // Far more writes to another kind than the history holds.
     for i in 0..100 {
-        c.create(&res(NS, "Others.test.talos.dev", &i.to_string(), "x"), "").await.unwrap();
+        c.create(&res(NS, "Others.test.talos.dev", &i.to_string(), "x"), "")
+            .await
+            .unwrap();
     }
     h.restart().await;
     // On the wire (the client would hide an expired bookmark by relisting): still valid.
@@ -363,13 +524,19 @@ async fn an_idle_kind_keeps_its_bookmark_while_other_kinds_are_written() {
             namespace: NS.into(),
             r#type: T.into(),
             id: None,
-            options: Some(proto::WatchOptions { start_from_bookmark: noop.bookmark.clone(), ..Default::default() }),
+            options: Some(proto::WatchOptions {
+                start_from_bookmark: noop.bookmark.clone(),
+                ..Default::default()
+            }),
             api_version: 1,
         })
         .await
         .unwrap()
         .into_inner();
-    assert!(s.message().await.unwrap().unwrap().event.is_empty(), "watch from the bookmark is established");
+    assert!(
+        s.message().await.unwrap().unwrap().event.is_empty(),
+        "watch from the bookmark is established"
+    );
     let mut resumed = c.watch(WatchSpec {
         namespace: NS.into(),
         r#type: T.into(),
@@ -378,5 +545,8 @@ async fn an_idle_kind_keeps_its_bookmark_while_other_kinds_are_written() {
     });
     c.create(&res(NS, T, "late", "x"), "").await.unwrap();
     let e = next(&mut resumed).await;
-    assert_eq!((e.kind, e.resource.metadata.id.as_str()), (EventKind::Created, "late"));
+    assert_eq!(
+        (e.kind, e.resource.metadata.id.as_str()),
+        (EventKind::Created, "late")
+    );
 }

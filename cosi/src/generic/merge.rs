@@ -48,6 +48,9 @@ pub trait Merge: Send + Sync + 'static {
     }
 }
 
+/// A candidate with what orders it: layer, then ID.
+type Ranked<'a, S> = (<S as Layered>::Layer, &'a str, &'a S);
+
 /// Merges running candidates into one spec per merge key: the candidate of the highest layer
 /// wins (between equal layers, the one with the greater ID), then [`Merge::merge`] folds in the
 /// others from the highest remaining down.
@@ -55,8 +58,7 @@ pub fn merge_candidates<M: Merge>(
     merge: &M,
     candidates: &[Resource<M::Spec>],
 ) -> BTreeMap<String, M::Spec> {
-    let mut groups: BTreeMap<String, Vec<(<M::Spec as Layered>::Layer, &str, &M::Spec)>> =
-        BTreeMap::new();
+    let mut groups: BTreeMap<String, Vec<Ranked<'_, M::Spec>>> = BTreeMap::new();
     for c in candidates
         .iter()
         .filter(|c| c.metadata.phase == Phase::Running)

@@ -133,7 +133,8 @@ pub enum OutputKind {
 ///
 /// A controller may write its output types in any namespace; after each successful cycle the
 /// runtime tears down unasserted resources it owns in the declared namespace and in every
-/// namespace it wrote the type to since it started.
+/// namespace it wrote the type to since it started. The declared namespace is what lets a
+/// restarted daemon remove outputs it no longer asserts; the daemon must be able to list it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Output {
     /// Namespace (by default the type's default namespace).

@@ -144,6 +144,75 @@ mod tests {
         assert_eq!(b.next_delay(), RESTART_BACKOFF_INITIAL);
     }
 
+    /// Plays a script of outcomes and records when each attempt started.
+    struct Scripted {
+        script: std::collections::VecDeque<Option<Result<Action, ()>>>,
+        started: std::sync::Arc<std::sync::Mutex<Vec<Duration>>>,
+        origin: Instant,
+    }
+
+    impl Controller for Scripted {
+        fn name(&self) -> &'static str {
+            "test.Scripted"
+        }
+        fn inputs(&self) -> Vec<crate::runtime::Input> {
+            vec![]
+        }
+        fn outputs(&self) -> Vec<crate::runtime::Output> {
+            vec![]
+        }
+        async fn reconcile(&mut self, _: &mut Context) -> Result<Action, ReconcileError> {
+            self.started
+                .lock()
+                .expect("lock")
+                .push(self.origin.elapsed());
+            match self.script.pop_front() {
+                Some(Some(Ok(action))) => Ok(action),
+                Some(Some(Err(()))) => Err(ReconcileError::other("scripted failure")),
+                Some(None) => panic!("scripted panic"),
+                None => Ok(Action::AwaitChange),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_back_off_and_success_resets() {
+        let client = crate::Client::new("/nonexistent/stated.sock").expect("lazy client");
+        let started = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let controller = Scripted {
+            script: [
+                Some(Err(())),
+                None,
+                Some(Err(())),
+                Some(Ok(Action::RequeueAfter(Duration::from_secs(1)))),
+                None,
+                Some(Ok(Action::AwaitChange)),
+            ]
+            .into(),
+            started: started.clone(),
+            origin: Instant::now(),
+        };
+        let (tx, wake) = mpsc::channel(1);
+        tx.try_send(()).expect("first wake-up");
+        let ctx = Context::new(client, "test.Scripted", vec![], vec![]);
+        let task = tokio::spawn(run_controller(controller, TaskEnv { ctx, wake }));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let ms: Vec<u128> = started
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(Duration::as_millis)
+            .collect();
+        // 100, 200, 400 ms of backoff; success; requeue after 1 s; a failure backs off 100 ms
+        // again (reset); then the controller sleeps until woken.
+        assert_eq!(ms, [0, 100, 300, 700, 1700, 1800]);
+        tx.try_send(()).expect("wake-up");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(started.lock().expect("lock").len(), 7);
+        drop(tx);
+        task.await.expect("ends when the runtime drops the channel");
+    }
+
     #[test]
     fn panic_messages() {
         assert_eq!(panic_message(&"boom"), "boom");

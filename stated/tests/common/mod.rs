@@ -1,5 +1,6 @@
 //! Helpers shared by stated's integration tests.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
@@ -14,7 +15,9 @@ pub async fn raw(socket: &std::path::Path) -> StateClient<Channel> {
     let ch = Endpoint::from_static("http://stated.local")
         .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
             let p = p.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(p).await?)) }
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(p).await?))
+            }
         }))
         .await
         .expect("connect");
