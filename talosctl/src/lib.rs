@@ -4,7 +4,8 @@
 //! apid. Commands:
 //! - [`get`]: read, list or watch resources of any type, rendered as a table, YAML or JSON;
 //! - [`validate`]: check a machine configuration file offline;
-//! - [`machineconfig`]: patch a machine configuration file locally.
+//! - [`machineconfig`]: patch a machine configuration file locally;
+//! - [`inspect`]: the controller dependency graph of the node.
 //!
 //! `main.rs` only parses arguments and maps [`run`]'s outcome to an exit code with [`exit_code`].
 
@@ -16,6 +17,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 pub mod get;
+pub mod inspect;
 pub mod jsonpath;
 pub mod machineconfig;
 pub mod output;
@@ -82,6 +84,10 @@ pub enum Command {
     /// Work with machine configuration files locally.
     #[command(subcommand, visible_alias = "mc")]
     Machineconfig(machineconfig::Command),
+
+    /// Inspect the internals of the node (controller dependencies).
+    #[command(subcommand)]
+    Inspect(inspect::Command),
 }
 
 /// Runs a parsed command line, printing results to standard output.
@@ -91,17 +97,26 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Get(args) => {
             refuse_nodes(&cli.nodes)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            runtime.block_on(get::run(&cli.socket, args, &mut out))
+            block_on(get::run(&cli.socket, args, &mut out))
+        }
+        Command::Inspect(cmd) => {
+            refuse_nodes(&cli.nodes)?;
+            block_on(inspect::run(&cli.socket, cmd, &mut out))
         }
         Command::Validate(args) => validate::run(args, &mut out),
         Command::Machineconfig(cmd) => machineconfig::run(cmd, &mut out),
     }?;
     out.flush()?;
     Ok(())
+}
+
+/// Runs a command that talks to stated on a single-threaded async runtime.
+fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(f)
 }
 
 fn refuse_nodes(nodes: &[String]) -> anyhow::Result<()> {

@@ -4,10 +4,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use serde::{Deserialize, Serialize};
+
+use crate::resource::ResourceSpec;
 use crate::runtime::controller::{Input, InputKind, Output, OutputKind};
 
 /// How a controller relates to a resource kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EdgeKind {
     /// The controller is the only writer of the type.
     OutputExclusive,
@@ -40,7 +43,8 @@ impl EdgeKind {
 }
 
 /// One edge: a controller and a resource kind (namespace, type, optional ID).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Edge {
     /// Controller name.
     pub controller: String,
@@ -51,16 +55,29 @@ pub struct Edge {
     /// Type of the resources.
     pub r#type: String,
     /// One resource, for an input narrowed to an ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
 }
 
 /// Edges between controllers and resource kinds, in registration order (per controller, its
 /// outputs, then its inputs).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// A running daemon publishes its graph as a resource of this type (ID = daemon name) in a
+/// namespace it writes, so `talosctl inspect dependencies` can draw the whole node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DependencyGraph {
     /// The edges.
     pub edges: Vec<Edge>,
 }
+
+impl ResourceSpec for DependencyGraph {
+    const TYPE: &'static str = "DependencyGraphs.cosi.talos.dev";
+    // Published in a namespace of the daemon's; this is only the definition's default.
+    const DEFAULT_NAMESPACE: &'static str = "runtime";
+}
+
+/// The owner of published dependency graphs.
+pub const GRAPH_OWNER: &str = "cosi.Runtime";
 
 impl DependencyGraph {
     /// Adds the edges of one controller.
@@ -90,6 +107,11 @@ impl DependencyGraph {
                 id: i.id.clone(),
             });
         }
+    }
+
+    /// Merges the edges of another graph (another daemon's) into this one.
+    pub fn extend(&mut self, other: DependencyGraph) {
+        self.edges.extend(other.edges);
     }
 
     /// Renders the graph in Graphviz DOT as `talosctl inspect dependencies` does: controllers
@@ -135,6 +157,54 @@ impl DependencyGraph {
             };
         }
         format!("digraph  {{\n\t\n{nodes}{edges}\t\n}}\n")
+    }
+}
+
+/// Writes `graph` as the resource `namespace/DependencyGraphs/daemon`, retrying with backoff
+/// until stated takes it (a daemon may start before stated is reachable).
+pub(crate) async fn publish(
+    client: crate::Client,
+    namespace: String,
+    daemon: String,
+    graph: DependencyGraph,
+) {
+    let mut backoff = std::time::Duration::from_millis(100);
+    loop {
+        match publish_once(&client, &namespace, &daemon, &graph).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "publishing the dependency graph failed, retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+async fn publish_once(
+    client: &crate::Client,
+    namespace: &str,
+    daemon: &str,
+    graph: &DependencyGraph,
+) -> Result<(), crate::StateError> {
+    let spec = crate::resource::encode_spec(graph).map_err(|e| {
+        crate::StateError::new(crate::ErrorKind::Other, crate::error::Chain(&e).to_string())
+    })?;
+    match client.get(namespace, DependencyGraph::TYPE, daemon).await {
+        Ok(cur) if cur.spec == spec => Ok(()),
+        Ok(mut cur) => {
+            cur.spec = spec;
+            client.update(&cur, GRAPH_OWNER, None).await.map(|_| ())
+        }
+        Err(e) if e.is_not_found() => {
+            let r = crate::RawResource {
+                metadata: crate::Metadata::new(namespace, DependencyGraph::TYPE, daemon),
+                spec,
+                yaml_spec: String::new(),
+            };
+            client.create(&r, GRAPH_OWNER).await.map(|_| ())
+        }
+        Err(e) => Err(e),
     }
 }
 

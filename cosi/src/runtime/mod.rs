@@ -153,6 +153,7 @@ impl Registry {
 pub struct Runtime {
     client: Client,
     registry: Registry,
+    publish: Option<(String, String)>,
 }
 
 impl Runtime {
@@ -163,7 +164,19 @@ impl Runtime {
 
     /// A runtime for the controllers of `registry`.
     pub fn with_registry(client: Client, registry: Registry) -> Self {
-        Self { client, registry }
+        Self {
+            client,
+            registry,
+            publish: None,
+        }
+    }
+
+    /// Publishes the dependency graph as a [`DependencyGraph`] resource with ID `daemon` in
+    /// `namespace` (one the daemon writes) when the runtime starts.
+    #[must_use]
+    pub fn publish_graph(mut self, namespace: &str, daemon: &str) -> Self {
+        self.publish = Some((namespace.to_string(), daemon.to_string()));
+        self
     }
 
     /// Adds a controller; see [`Registry::register`].
@@ -188,7 +201,12 @@ impl Runtime {
     /// [`RuntimeError::Task`] only if a task of the runtime itself panicked; a failing or
     /// panicking controller is retried, not reported here.
     pub async fn run(self, shutdown: impl Future) -> Result<(), RuntimeError> {
-        let Runtime { client, registry } = self;
+        let Runtime {
+            client,
+            registry,
+            publish,
+        } = self;
+        let graph = registry.dependency_graph();
         let mut kinds: BTreeMap<(String, String), Vec<Subscriber>> = BTreeMap::new();
         let mut starts = Vec::with_capacity(registry.controllers.len());
         // Kept so that a controller's wake channel never closes while the runtime runs.
@@ -221,6 +239,9 @@ impl Runtime {
         }
         for (name, start, env) in starts {
             tasks.spawn(start(env).instrument(tracing::info_span!("controller", name)));
+        }
+        if let Some((namespace, daemon)) = publish {
+            tasks.spawn(graph::publish(client.clone(), namespace, daemon, graph));
         }
         tracing::debug!(tasks = tasks.len(), "controller runtime started");
 
