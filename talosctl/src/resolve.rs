@@ -42,6 +42,14 @@ pub async fn resolve(client: &Client, name: &str, namespace: Option<&str>) -> an
             }
         })
         .collect();
+    // Types this talosctl was built with fill in for definitions no daemon has registered yet
+    // (the node's definitions win).
+    let mut definitions = definitions;
+    for rd in machinery::resources::definitions() {
+        if !definitions.iter().any(|d| d.resource_type == rd.resource_type) {
+            definitions.push(rd);
+        }
+    }
     match pick(&definitions, name)? {
         Some(rd) => Ok(Kind {
             r#type: rd.resource_type.clone(),

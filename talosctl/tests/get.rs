@@ -412,3 +412,19 @@ async fn watch_json_and_yaml_carry_the_event() {
     }
     assert_eq!(w.next().await, "event: destroyed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compiled_in_definitions_resolve_types_nobody_registered() {
+    let h = Harness::start().await;
+    let mc = Resource::new(
+        "config",
+        "v1alpha1",
+        machinery::resources::config::MachineConfigSpec("version: v1alpha1\n".into()),
+    )
+    .to_raw()
+    .expect("encode");
+    h.client.create(&mc, "").await.expect("create");
+    let out = stdout(&talosctl(&h.socket, &["get", "mc", "-o", "yaml"]).await);
+    assert!(out.contains("type: MachineConfigs.config.talos.dev"), "{out}");
+    assert!(out.contains("version: v1alpha1"), "{out}");
+}
