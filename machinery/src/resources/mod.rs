@@ -2,15 +2,28 @@
 //! names, IDs and aliases follow Talos.
 
 pub mod config;
+pub mod runtime;
 
 use cosi::ResourceDefinition;
 
 /// Namespaces of a node: name, description, whether it survives reboot.
 pub const NAMESPACES: &[(&str, &str, bool)] = &[
     ("config", "Machine configuration.", true),
-    ("runtime", "Daemons, services and the observed state of the node.", false),
-    ("network-config", "Network configuration candidates of every config layer.", false),
-    ("network", "Merged network specs and the observed network state.", false),
+    (
+        "runtime",
+        "Daemons, services and the observed state of the node.",
+        false,
+    ),
+    (
+        "network-config",
+        "Network configuration candidates of every config layer.",
+        false,
+    ),
+    (
+        "network",
+        "Merged network specs and the observed network state.",
+        false,
+    ),
     ("block", "Disks, volumes and mounts.", false),
     ("secrets", "CAs and certificates.", false),
     ("etcd", "etcd configuration and membership.", false),
@@ -20,5 +33,8 @@ pub const NAMESPACES: &[(&str, &str, bool)] = &[
 /// Definitions of every typed resource this crate knows.
 pub fn definitions() -> Vec<ResourceDefinition> {
     use cosi::ResourceSpec;
-    vec![config::MachineConfigSpec::definition()]
+    vec![
+        config::MachineConfigSpec::definition(),
+        runtime::KernelCmdlineSpec::definition(),
+    ]
 }

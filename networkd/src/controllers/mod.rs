@@ -1,0 +1,1 @@
+//! networkd's controllers.

@@ -1,0 +1,1 @@
+//! The DHCPv4 client.
