@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   iproute2      # ip netns / ip link: tests make their own network namespaces
   procps        # ps, pkill in test cleanup
+  dnsmasq-base  # DHCP server of networkd's kernel tests (binary only, no system service)
+  util-linux    # unshare: networkd's kernel tests give it a UTS namespace of its own
 )
 
 missing=()

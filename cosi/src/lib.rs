@@ -20,4 +20,4 @@ pub use client::{Client, Event, EventKind, Query, Watch, WatchSpec};
 pub use definition::{NamespaceSpec, ResourceDefinition, META_NAMESPACE};
 pub use error::{ErrorKind, StateError};
 pub use resource::{Metadata, Phase, Pointer, RawResource, Resource, ResourceSpec};
-pub use runtime::{Action, Context, Controller, Input, Output, ReconcileError, Runtime};
+pub use runtime::{Action, Context, Controller, Input, Output, ReconcileError, Runtime, Waker};

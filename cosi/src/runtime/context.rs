@@ -35,6 +35,32 @@ pub struct Context {
     /// Kinds with an output left tearing down (finalizers) or an apply deferred until an old
     /// resource of the same ID is gone.
     pending: BTreeSet<Kind>,
+    /// Wakes the controller from outside stated.
+    waker: Waker,
+}
+
+/// Wakes a controller from outside stated (kernel events, a worker task's news), coalesced with
+/// its other wake-ups exactly like an input change. Cheap to clone; it does not keep the
+/// runtime alive: once the runtime stopped, [`wake`](Waker::wake) returns `false`.
+#[derive(Clone, Debug, Default)]
+pub struct Waker(Option<tokio::sync::mpsc::WeakSender<()>>);
+
+impl Waker {
+    /// Asks for a reconcile; a wake-up already pending absorbs this one. Returns `false` when
+    /// the controller's runtime is gone (the caller may stop producing wake-ups).
+    pub fn wake(&self) -> bool {
+        match self
+            .0
+            .as_ref()
+            .and_then(tokio::sync::mpsc::WeakSender::upgrade)
+        {
+            Some(tx) => {
+                let _ = tx.try_send(());
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -61,7 +87,20 @@ impl Context {
             asserted: HashSet::new(),
             written: BTreeSet::new(),
             pending: BTreeSet::new(),
+            waker: Waker::default(),
         }
+    }
+
+    /// Sets the channel external wake-ups go to.
+    pub(crate) fn with_wake(mut self, wake: &tokio::sync::mpsc::Sender<()>) -> Self {
+        self.waker = Waker(Some(wake.downgrade()));
+        self
+    }
+
+    /// A handle that wakes this controller from outside stated, for kernel event watchers and
+    /// worker tasks the controller starts (DESIGN §3: kernel events are a wake stream).
+    pub fn waker(&self) -> Waker {
+        self.waker.clone()
     }
 
     /// The controller name: the owner of its outputs, and the usual finalizer string.

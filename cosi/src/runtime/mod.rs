@@ -38,7 +38,7 @@ use tracing::Instrument;
 
 use crate::client::Client;
 
-pub use context::Context;
+pub use context::{Context, Waker};
 pub use controller::{Action, Controller, Input, InputKind, Output, OutputKind};
 pub use error::{ReconcileError, RuntimeError};
 pub use graph::{DependencyGraph, Edge, EdgeKind};
@@ -225,7 +225,8 @@ impl Runtime {
                         wake: tx.clone(),
                     });
             }
-            let ctx = Context::new(client.clone(), reg.name, reg.inputs, reg.outputs);
+            let ctx =
+                Context::new(client.clone(), reg.name, reg.inputs, reg.outputs).with_wake(&tx);
             starts.push((reg.name, reg.start, TaskEnv { ctx, wake: rx }));
             senders.push(tx);
         }
@@ -364,6 +365,54 @@ mod tests {
                 (EdgeKind::InputWeak, A::TYPE)
             ]
         );
+    }
+
+    /// Counts its reconciles and hands its waker out.
+    struct Woken {
+        count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        waker: tokio::sync::mpsc::UnboundedSender<Waker>,
+    }
+
+    impl Controller for Woken {
+        fn name(&self) -> &'static str {
+            "test.Woken"
+        }
+        fn inputs(&self) -> Vec<Input> {
+            vec![]
+        }
+        fn outputs(&self) -> Vec<Output> {
+            vec![]
+        }
+        async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+            self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = self.waker.send(ctx.waker());
+            Ok(Action::AwaitChange)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_external_waker_reconciles_and_dies_with_the_runtime() {
+        use std::sync::atomic::Ordering;
+        let client = Client::new("/nonexistent/stated.sock").expect("lazy client");
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (tx, mut wakers) = tokio::sync::mpsc::unbounded_channel();
+        let mut rt = Runtime::new(client);
+        rt.register(Woken {
+            count: count.clone(),
+            waker: tx,
+        })
+        .expect("register");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(rt.run(stopped));
+        let waker = wakers.recv().await.expect("first reconcile");
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        assert!(waker.wake());
+        let _ = wakers.recv().await.expect("woken from outside");
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+        stop.send(()).expect("runtime listens");
+        run.await.expect("no panic").expect("ok");
+        assert!(!waker.wake(), "the runtime is gone");
+        assert!(!Waker::default().wake());
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 //! names, IDs and aliases follow Talos.
 
 pub mod config;
+pub mod network;
 pub mod runtime;
 
 use cosi::ResourceDefinition;
@@ -33,8 +34,8 @@ pub const NAMESPACES: &[(&str, &str, bool)] = &[
 /// Definitions of every typed resource this crate knows.
 pub fn definitions() -> Vec<ResourceDefinition> {
     use cosi::ResourceSpec;
-    vec![
-        config::MachineConfigSpec::definition(),
-        runtime::KernelCmdlineSpec::definition(),
-    ]
+    let mut defs = vec![config::MachineConfigSpec::definition()];
+    defs.extend(runtime::definitions());
+    defs.extend(network::definitions());
+    defs
 }

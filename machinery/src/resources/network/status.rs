@@ -1,0 +1,40 @@
+//! The network Status: readiness of the network for the services that wait on it.
+
+use cosi::{Resource, ResourceDefinition, ResourceSpec};
+use serde::{Deserialize, Serialize};
+
+use super::NAMESPACE;
+
+/// Network readiness (ID `status`). CRI, etcd and kubelet wait for address, hostname and etc
+/// files; trustd for address and hostname.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusSpec {
+    /// The node has at least one current address.
+    pub address_ready: bool,
+    /// A default route exists (or every probe succeeds, once probes exist).
+    pub connectivity_ready: bool,
+    /// A hostname is applied.
+    pub hostname_ready: bool,
+    /// `/etc/hosts` and `/etc/resolv.conf` are rendered.
+    pub etc_files_ready: bool,
+}
+
+impl ResourceSpec for StatusSpec {
+    const TYPE: &'static str = "NetworkStatuses.net.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_aliases(&["netstatus", "netstatuses"])
+            .with_columns(&[
+                ("Address", "{.addressReady}"),
+                ("Connectivity", "{.connectivityReady}"),
+                ("Hostname", "{.hostnameReady}"),
+                ("Etc", "{.etcFilesReady}"),
+            ])
+    }
+}
+
+/// A network `Status` resource.
+pub type Status = Resource<StatusSpec>;

@@ -1,0 +1,645 @@
+//! OperatorSpecController: merged OperatorSpecs (`network`) → running DHCPv4 operators, and
+//! their results as operator-layer specs in `network-config` (networking.md §3.7, §3.8).
+//!
+//! - An operator runs while its link exists and (with `requireUp`) is operationally up or
+//!   unknown. A changed spec or identity restarts it from its lease.
+//! - Its lease is kept in stated as `DHCP4Lease` (`network`, ID = operator ID, e.g.
+//!   `dhcp4/eth0`). A restarted networkd, or a link that comes back, starts the operator from
+//!   that lease: it republishes the same specs (nothing in the kernel changes) and renews at once.
+//! - A link that goes down stops the operator without RELEASE, and its specs stay until the
+//!   lease expires (a hold-down by lease validity; upstream drops them at once, §3.7).
+//! - An OperatorSpec that goes away (config change) stops the operator with DHCPRELEASE; the
+//!   lease and the specs are then no longer asserted and are removed.
+//! - Specs, IDs under the operator prefix (`dhcp4/eth0/...`), as upstream: the address
+//!   (`yiaddr/mask`, permanent, priority = route metric), routes (option 121 if present, else a
+//!   default route per router; a `/32` link-scope route to each off-subnet gateway), the MTU
+//!   (option 26, default layer), hostname (options 12 and 15, when requested), resolvers
+//!   (option 6, search = 119 ∪ 15) and time servers (option 42).
+//! - DHCPv6 and VIP operators are not implemented: their specs are logged and skipped.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, SystemTime};
+
+use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError, Resource};
+use ipnet::{IpNet, Ipv4Net};
+use machinery::resources::network::{
+    operator_prefixed_id, AddressFlags, AddressSpecSpec, ClientIdentifier, ConfigLayer, Family,
+    HostnameSpecSpec, HostnameStatusSpec, LinkSpecSpec, LinkStatusSpec, Operator, OperatorSpecSpec,
+    ResolverSpecSpec, RouteProtocol, RouteSpecSpec, RouteType, RoutingTable, Scope,
+    TimeServerSpecSpec, CONFIG_NAMESPACE, DEFAULT_ROUTE_METRIC, HOSTNAME_ID, NAMESPACE,
+    RESOLVER_ID, TIME_SERVER_ID,
+};
+
+use crate::dhcp::{self, Dhcp4LeaseSpec, Identity, Lease};
+
+/// The owner name.
+pub const NAME: &str = "network.OperatorSpecController";
+
+/// A running operator and what it was started with.
+#[derive(Debug)]
+struct Running {
+    operator: dhcp::Operator,
+    spec: OperatorSpecSpec,
+}
+
+/// Runs DHCPv4 operators and publishes their leases as specs.
+#[derive(Debug, Default)]
+pub struct OperatorSpecController {
+    running: BTreeMap<String, Running>,
+    warned: std::collections::BTreeSet<String>,
+}
+
+impl Controller for OperatorSpecController {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![
+            Input::weak::<OperatorSpecSpec>(NAMESPACE),
+            Input::weak::<LinkStatusSpec>(NAMESPACE),
+            Input::weak::<HostnameStatusSpec>(NAMESPACE).with_id(HOSTNAME_ID),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![
+            Output::exclusive::<Dhcp4LeaseSpec>(),
+            Output::shared::<AddressSpecSpec>().in_namespace(CONFIG_NAMESPACE),
+            Output::shared::<RouteSpecSpec>().in_namespace(CONFIG_NAMESPACE),
+            Output::shared::<LinkSpecSpec>().in_namespace(CONFIG_NAMESPACE),
+            Output::shared::<HostnameSpecSpec>().in_namespace(CONFIG_NAMESPACE),
+            Output::shared::<ResolverSpecSpec>().in_namespace(CONFIG_NAMESPACE),
+            Output::shared::<TimeServerSpecSpec>().in_namespace(CONFIG_NAMESPACE),
+        ]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let specs: BTreeMap<String, OperatorSpecSpec> = ctx
+            .list::<OperatorSpecSpec>(NAMESPACE)
+            .await?
+            .into_iter()
+            .filter(|s| s.metadata.phase == Phase::Running)
+            .filter(|s| {
+                let dhcp4 = s.spec.operator == Operator::Dhcp4;
+                if !dhcp4 && self.warned.insert(s.id().to_string()) {
+                    tracing::warn!(operator = %s.id(), "operator not implemented, skipped");
+                }
+                dhcp4
+            })
+            .map(|s| (s.id().to_string(), s.spec))
+            .collect();
+        let links = ctx.list::<LinkStatusSpec>(NAMESPACE).await?;
+        let hostname = ctx
+            .get::<HostnameStatusSpec>(NAMESPACE, HOSTNAME_ID)
+            .await?
+            .map(|h| h.spec);
+
+        // Operators whose spec is gone: release and forget.
+        let gone: Vec<String> = self
+            .running
+            .keys()
+            .filter(|id| !specs.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(r) = self.running.remove(&id) {
+                tracing::info!(operator = %id, "operator removed, releasing its lease");
+                r.operator.stop(true).await;
+            }
+        }
+
+        let now = SystemTime::now();
+        let mut requeue: Option<Duration> = None;
+        for (id, spec) in &specs {
+            let link = links.iter().find(|l| l.id() == spec.link_name);
+            let stored = ctx
+                .get::<Dhcp4LeaseSpec>(NAMESPACE, id)
+                .await?
+                .map(|l| l.spec)
+                .filter(|l| !l.expired(now) && l.link_name == spec.link_name);
+            let should_run = link.is_some_and(|l| !spec.require_up || l.spec.oper_up());
+            let identity =
+                link.map(|l| identity(spec, &l.spec, hostname.as_ref(), stored.as_ref()));
+
+            let restart = self.running.get(id).is_some_and(|r| {
+                !should_run
+                    || !r.spec.same_operator(spec)
+                    || Some(r.operator.identity()) != identity.as_ref()
+            });
+            if restart {
+                if let Some(r) = self.running.remove(id) {
+                    let lease = r.operator.state().lease;
+                    tracing::info!(operator = %id, link_up = should_run, "operator stopped");
+                    r.operator.stop(false).await;
+                    // Keep what it had: the restarted operator (or the hold-down) starts from it.
+                    if let Some(l) = lease {
+                        ctx.apply(Resource::new(NAMESPACE, id.clone(), l)).await?;
+                    }
+                }
+            }
+            let stored = ctx
+                .get::<Dhcp4LeaseSpec>(NAMESPACE, id)
+                .await?
+                .map(|l| l.spec)
+                .filter(|l| !l.expired(now) && l.link_name == spec.link_name);
+            let request_hostname = identity
+                .as_ref()
+                .map_or(!spec.dhcp4.skip_hostname_request, |i| i.request_hostname);
+            if let (true, false, Some(identity)) =
+                (should_run, self.running.contains_key(id), identity)
+            {
+                tracing::info!(operator = %id, link = %spec.link_name,
+                    restored = ?stored.as_ref().map(|l| l.address), "operator started");
+                let waker = ctx.waker();
+                let operator =
+                    dhcp::Operator::spawn(&spec.link_name, identity, stored.clone(), move || {
+                        waker.wake();
+                    });
+                self.running.insert(
+                    id.clone(),
+                    Running {
+                        operator,
+                        spec: spec.clone(),
+                    },
+                );
+            }
+            let lease = match self.running.get(id) {
+                Some(r) => r.operator.state().lease,
+                None => {
+                    if let Some(l) = &stored {
+                        let left = l.until_expiry(now);
+                        requeue = Some(requeue.map_or(left, |r| r.min(left)));
+                    }
+                    stored
+                }
+            };
+            if let Some(lease) = lease {
+                ctx.apply(Resource::new(NAMESPACE, id.clone(), lease.clone()))
+                    .await?;
+                publish(ctx, id, spec, &lease, request_hostname).await?;
+            }
+        }
+        Ok(match requeue {
+            // Just past the expiry of a held lease, to drop its specs.
+            Some(d) => Action::RequeueAfter(d + Duration::from_secs(1)),
+            None => Action::AwaitChange,
+        })
+    }
+}
+
+/// What the operator says about itself: MAC, client identifier, hostname sent or requested.
+fn identity(
+    spec: &OperatorSpecSpec,
+    link: &LinkStatusSpec,
+    hostname: Option<&HostnameStatusSpec>,
+    lease: Option<&Lease>,
+) -> Identity {
+    let mac = link
+        .hardware_addr
+        .0
+        .iter()
+        .copied()
+        .take(16)
+        .collect::<Vec<u8>>();
+    let client_id = match spec.dhcp4.client_identifier {
+        ClientIdentifier::None => None,
+        ClientIdentifier::Mac => Some([&[1u8][..], &mac].concat()),
+        ClientIdentifier::Duid => match hex(&spec.dhcp4.duid_raw_hex) {
+            Some(d) if !d.is_empty() => Some(d),
+            _ => {
+                tracing::warn!(link = %spec.link_name, "invalid DUID, no client identifier sent");
+                None
+            }
+        },
+    };
+    // Never parrot: a hostname the node has from elsewhere is sent, not requested.
+    let ours = |h: &HostnameStatusSpec| {
+        lease.and_then(|l| l.hostname.as_deref()) == Some(h.hostname.as_str())
+    };
+    let foreign = hostname.filter(|h| !h.hostname.is_empty() && !ours(h));
+    Identity {
+        mac,
+        client_id,
+        request_hostname: !spec.dhcp4.skip_hostname_request && foreign.is_none(),
+        send_hostname: foreign.map(|h| h.hostname.clone()),
+        request_mtu: true,
+    }
+}
+
+fn hex(s: &str) -> Option<Vec<u8>> {
+    let s: String = s.chars().filter(|c| *c != ':' && *c != '-').collect();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .collect()
+}
+
+/// The operator-layer specs of a lease (IDs under the operator prefix).
+pub(crate) struct LeaseSpecs {
+    pub(crate) addresses: Vec<AddressSpecSpec>,
+    pub(crate) routes: Vec<RouteSpecSpec>,
+    pub(crate) link: Option<LinkSpecSpec>,
+    pub(crate) hostname: Option<HostnameSpecSpec>,
+    pub(crate) resolver: Option<ResolverSpecSpec>,
+    pub(crate) time_servers: Option<TimeServerSpecSpec>,
+}
+
+/// Turns a lease into specs (networking.md §3.8).
+pub(crate) fn lease_specs(
+    spec: &OperatorSpecSpec,
+    lease: &Lease,
+    request_hostname: bool,
+) -> LeaseSpecs {
+    let link = &spec.link_name;
+    let metric = if spec.dhcp4.route_metric == 0 {
+        DEFAULT_ROUTE_METRIC
+    } else {
+        spec.dhcp4.route_metric
+    };
+    let address = IpAddr::V4(lease.address);
+    let prefix = IpNet::new(address, lease.prefix_len).unwrap_or_else(|_| IpNet::from(address));
+    let subnet = Ipv4Net::new(lease.address, lease.prefix_len)
+        .map(|n| n.trunc())
+        .unwrap_or_else(|_| Ipv4Net::from(lease.address));
+    let addresses = vec![AddressSpecSpec {
+        address: prefix,
+        link_name: link.clone(),
+        family: Family::Inet4,
+        scope: Scope::Global,
+        flags: AddressFlags::PERMANENT,
+        announce_with_arp: false,
+        priority: metric,
+        layer: ConfigLayer::Operator,
+    }];
+
+    let route = |destination: Option<IpNet>, gateway: Option<Ipv4Addr>| {
+        let mut r = RouteSpecSpec {
+            family: Family::Inet4,
+            destination,
+            source: Some(address),
+            gateway: gateway.map(IpAddr::V4),
+            out_link_name: link.clone(),
+            table: RoutingTable::MAIN,
+            priority: metric,
+            r#type: RouteType::Unicast,
+            protocol: RouteProtocol::BOOT,
+            layer: ConfigLayer::Operator,
+            ..RouteSpecSpec::default()
+        };
+        r.normalize();
+        r
+    };
+    let mut routes: Vec<RouteSpecSpec> = Vec::new();
+    let push = |r: RouteSpecSpec, routes: &mut Vec<RouteSpecSpec>| {
+        if !routes.iter().any(|x| x.id() == r.id()) {
+            routes.push(r);
+        }
+    };
+    if !spec.dhcp4.skip_routes {
+        // Option 121 overrides option 3 (RFC 3442).
+        let via: Vec<(Option<IpNet>, Option<Ipv4Addr>)> = if lease.classless_routes.is_empty() {
+            lease.routers.iter().map(|gw| (None, Some(*gw))).collect()
+        } else {
+            lease
+                .classless_routes
+                .iter()
+                .map(|c| {
+                    let dst = (c.prefix_len != 0)
+                        .then(|| IpNet::new(IpAddr::V4(c.destination), c.prefix_len).ok())
+                        .flatten();
+                    let gw = (!c.gateway.is_unspecified()).then_some(c.gateway);
+                    (dst, gw)
+                })
+                .collect()
+        };
+        for (dst, gw) in via {
+            if let Some(g) = gw {
+                if !subnet.contains(&g) {
+                    // The gateway is off-subnet: reach it on the link first (upstream #4320).
+                    push(route(Some(IpNet::from(IpAddr::V4(g))), None), &mut routes);
+                }
+            }
+            push(route(dst, gw), &mut routes);
+        }
+    }
+
+    let link_spec = lease.mtu.map(|mtu| LinkSpecSpec {
+        name: link.clone(),
+        up: true,
+        mtu: u32::from(mtu),
+        // As upstream: the default layer, so any explicit MTU wins.
+        layer: ConfigLayer::Default,
+        ..LinkSpecSpec::default()
+    });
+
+    let hostname = if request_hostname {
+        lease.hostname.as_deref().and_then(|h| {
+            let mut s = HostnameSpecSpec::parse_fqdn(h, ConfigLayer::Operator).ok()?;
+            if let Some(d) = &lease.domain {
+                s.domainname.clone_from(d);
+                s.validate().ok()?;
+            }
+            Some(s)
+        })
+    } else {
+        None
+    };
+
+    let resolver = (!lease.dns.is_empty()).then(|| {
+        let mut search = lease.search.clone();
+        if let Some(d) = &lease.domain {
+            if !search.contains(d) {
+                search.push(d.clone());
+            }
+        }
+        ResolverSpecSpec {
+            dns_servers: lease.dns.iter().map(|a| IpAddr::V4(*a)).collect(),
+            layer: ConfigLayer::Operator,
+            search_domains: search,
+            search_domains_overridden: false,
+        }
+    });
+    let time_servers = (!lease.ntp.is_empty()).then(|| TimeServerSpecSpec {
+        ntp_servers: lease.ntp.iter().map(ToString::to_string).collect(),
+        use_nts: false,
+        layer: ConfigLayer::Operator,
+    });
+    LeaseSpecs {
+        addresses,
+        routes,
+        link: link_spec,
+        hostname,
+        resolver,
+        time_servers,
+    }
+}
+
+async fn publish(
+    ctx: &mut Context,
+    prefix: &str,
+    spec: &OperatorSpecSpec,
+    lease: &Lease,
+    request_hostname: bool,
+) -> Result<(), ReconcileError> {
+    let out = lease_specs(spec, lease, request_hostname);
+    let id = |natural: &str| operator_prefixed_id(prefix, natural);
+    for a in out.addresses {
+        ctx.apply(Resource::new(CONFIG_NAMESPACE, id(&a.id()), a))
+            .await?;
+    }
+    for r in out.routes {
+        ctx.apply(Resource::new(CONFIG_NAMESPACE, id(&r.id()), r))
+            .await?;
+    }
+    if let Some(l) = out.link {
+        ctx.apply(Resource::new(CONFIG_NAMESPACE, id(&l.name.clone()), l))
+            .await?;
+    }
+    if let Some(h) = out.hostname {
+        ctx.apply(Resource::new(CONFIG_NAMESPACE, id(HOSTNAME_ID), h))
+            .await?;
+    }
+    if let Some(r) = out.resolver {
+        ctx.apply(Resource::new(CONFIG_NAMESPACE, id(RESOLVER_ID), r))
+            .await?;
+    }
+    if let Some(t) = out.time_servers {
+        ctx.apply(Resource::new(CONFIG_NAMESPACE, id(TIME_SERVER_ID), t))
+            .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+fn tests_lease() -> Lease {
+    tests::lease()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dhcp::lease::ClasslessRoute;
+
+    pub(super) fn lease() -> Lease {
+        Lease {
+            link_name: "eth0".into(),
+            address: Ipv4Addr::new(10, 0, 0, 5),
+            prefix_len: 24,
+            server: Ipv4Addr::new(10, 0, 0, 1),
+            routers: vec![Ipv4Addr::new(10, 0, 0, 1)],
+            classless_routes: vec![],
+            dns: vec![Ipv4Addr::new(10, 0, 0, 53)],
+            search: vec!["corp.example".into()],
+            hostname: Some("node-1".into()),
+            domain: Some("example.org".into()),
+            ntp: vec![Ipv4Addr::new(10, 0, 0, 123)],
+            mtu: Some(1400),
+            lease_time: 120,
+            renewal: 60,
+            rebinding: 105,
+            acquired: 0,
+        }
+    }
+
+    fn op() -> OperatorSpecSpec {
+        OperatorSpecSpec {
+            operator: Operator::Dhcp4,
+            link_name: "eth0".into(),
+            require_up: true,
+            layer: ConfigLayer::Default,
+            ..OperatorSpecSpec::default()
+        }
+    }
+
+    #[test]
+    fn specs_of_a_lease() {
+        let out = lease_specs(&op(), &lease(), true);
+        assert_eq!(out.addresses[0].id(), "eth0/10.0.0.5/24");
+        assert_eq!(out.addresses[0].priority, 1024);
+        let ids: Vec<String> = out.routes.iter().map(RouteSpecSpec::id).collect();
+        assert_eq!(ids, ["inet4/10.0.0.1//1024"]);
+        assert_eq!(out.link.as_ref().map(|l| l.mtu), Some(1400));
+        let h = out.hostname.expect("hostname");
+        assert_eq!(
+            (h.hostname.as_str(), h.domainname.as_str()),
+            ("node-1", "example.org")
+        );
+        let r = out.resolver.expect("resolver");
+        assert_eq!(r.search_domains, ["corp.example", "example.org"]);
+        assert_eq!(out.time_servers.expect("ntp").ntp_servers, ["10.0.0.123"]);
+        assert!(lease_specs(&op(), &lease(), false).hostname.is_none());
+    }
+
+    #[test]
+    fn classless_routes_override_routers_and_reach_off_subnet_gateways() {
+        let mut l = lease();
+        l.classless_routes = vec![
+            ClasslessRoute {
+                destination: Ipv4Addr::new(0, 0, 0, 0),
+                prefix_len: 0,
+                gateway: Ipv4Addr::new(169, 254, 0, 1),
+            },
+            ClasslessRoute {
+                destination: Ipv4Addr::new(192, 168, 0, 0),
+                prefix_len: 16,
+                gateway: Ipv4Addr::new(10, 0, 0, 254),
+            },
+        ];
+        let out = lease_specs(&op(), &l, true);
+        let ids: Vec<String> = out.routes.iter().map(RouteSpecSpec::id).collect();
+        assert_eq!(
+            ids,
+            [
+                "inet4//169.254.0.1/32/1024",
+                "inet4/169.254.0.1//1024",
+                "inet4/10.0.0.254/192.168.0.0/16/1024",
+            ]
+        );
+        assert_eq!(out.routes[0].scope, Scope::Link);
+        let mut skip = op();
+        skip.dhcp4.skip_routes = true;
+        assert!(lease_specs(&skip, &l, true).routes.is_empty());
+    }
+
+    #[test]
+    fn identity_sends_a_foreign_hostname_and_requests_otherwise() {
+        let link = LinkStatusSpec {
+            hardware_addr: machinery::resources::network::HardwareAddr(vec![2, 0, 0, 0, 0, 1]),
+            ..LinkStatusSpec::default()
+        };
+        let mut spec = op();
+        spec.dhcp4.client_identifier = ClientIdentifier::Mac;
+        let i = identity(&spec, &link, None, None);
+        assert!(i.request_hostname);
+        assert_eq!(i.client_id, Some(vec![1, 2, 0, 0, 0, 0, 1]));
+        let configured = HostnameStatusSpec {
+            hostname: "cp-1".into(),
+            domainname: String::new(),
+        };
+        let i = identity(&spec, &link, Some(&configured), Some(&lease()));
+        assert_eq!(i.send_hostname.as_deref(), Some("cp-1"));
+        assert!(!i.request_hostname);
+        let from_lease = HostnameStatusSpec {
+            hostname: "node-1".into(),
+            domainname: "example.org".into(),
+        };
+        let i = identity(&spec, &link, Some(&from_lease), Some(&lease()));
+        assert!(i.request_hostname && i.send_hostname.is_none());
+        assert_eq!(hex("00:01:ab"), Some(vec![0, 1, 0xab]));
+        assert_eq!(hex("0"), None);
+    }
+}
+
+#[cfg(test)]
+mod runtime_tests {
+    //! The controller on the real runtime and a real stated, without a kernel: the link is down,
+    //! so no operator runs, and what is published comes from the stored lease alone.
+
+    use std::time::{Duration, SystemTime};
+
+    use cosi::runtime::Runtime;
+    use cosi::{Query, Resource, ResourceSpec};
+    use machinery::resources::network::{
+        AddressSpecSpec, LinkStatusSpec, OperationalState, RouteSpecSpec, CONFIG_NAMESPACE,
+        NAMESPACE,
+    };
+
+    use super::*;
+    use crate::dhcp::lease::unix;
+
+    async fn create<S: ResourceSpec>(client: &cosi::Client, r: Resource<S>, owner: &str) {
+        client
+            .create(&r.to_raw().expect("encode"), owner)
+            .await
+            .expect("create");
+    }
+
+    async fn ids<S: ResourceSpec>(client: &cosi::Client, ns: &str) -> Vec<String> {
+        client
+            .list(ns, S::TYPE, &Query::default())
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|r| r.metadata.id)
+            .collect()
+    }
+
+    async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !f().await {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_held_lease_is_published_until_it_expires() {
+        let h = stated::testing::Harness::start().await;
+        let client = h.client.clone();
+        create(
+            &client,
+            Resource::new(
+                NAMESPACE,
+                "eth0",
+                LinkStatusSpec {
+                    operational_state: OperationalState::Down,
+                    ..LinkStatusSpec::default()
+                },
+            ),
+            "network.LinkStatusController",
+        )
+        .await;
+        create(
+            &client,
+            Resource::new(NAMESPACE, "dhcp4/eth0", op()),
+            "test",
+        )
+        .await;
+        // A lease from an earlier run, 3 s before its expiry.
+        let mut l = super::tests_lease();
+        l.acquired = unix(SystemTime::now()) - u64::from(l.lease_time) + 3;
+        create(&client, Resource::new(NAMESPACE, "dhcp4/eth0", l), NAME).await;
+
+        let mut registry = cosi::runtime::Registry::new();
+        registry
+            .register(OperatorSpecController::default())
+            .expect("register");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(Runtime::with_registry(client.clone(), registry).run(stopped));
+
+        eventually("the held lease's address and route", async || {
+            ids::<AddressSpecSpec>(&client, CONFIG_NAMESPACE).await
+                == ["dhcp4/eth0/eth0/10.0.0.5/24"]
+                && ids::<RouteSpecSpec>(&client, CONFIG_NAMESPACE).await
+                    == ["dhcp4/eth0/inet4/10.0.0.1//1024"]
+        })
+        .await;
+        eventually("everything gone after expiry", async || {
+            ids::<AddressSpecSpec>(&client, CONFIG_NAMESPACE)
+                .await
+                .is_empty()
+                && ids::<RouteSpecSpec>(&client, CONFIG_NAMESPACE)
+                    .await
+                    .is_empty()
+                && ids::<Dhcp4LeaseSpec>(&client, NAMESPACE).await.is_empty()
+        })
+        .await;
+        let _ = stop.send(());
+        run.await.expect("no panic").expect("runtime");
+    }
+
+    fn op() -> OperatorSpecSpec {
+        OperatorSpecSpec {
+            operator: Operator::Dhcp4,
+            link_name: "eth0".into(),
+            require_up: true,
+            layer: ConfigLayer::Default,
+            ..OperatorSpecSpec::default()
+        }
+    }
+}

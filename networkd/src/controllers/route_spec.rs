@@ -1,0 +1,361 @@
+//! RouteSpecController: merged RouteSpecs (`network`) → kernel routes (networking.md §3.5).
+//!
+//! - A kernel route matches a spec when family, destination, gateway, table and metric agree
+//!   (an IPv6 spec metric 0 matches the kernel's 1024).
+//! - Running: a match is kept if scope, on-link flag, output link (when the spec names one),
+//!   preferred source (when set), MTU and type agree, whoever added it; a differing match is
+//!   deleted; if none is kept the route is added, marked as networkd's. The kernel's own,
+//!   changing flags (linkdown, offload ...) are never compared, so a link going down and up
+//!   causes no delete/re-add.
+//! - Tearing down: only matches networkd added are deleted; then the finalizer goes.
+//! - Routes without a gateway go first, so the `/32` link-scope route to an off-subnet gateway
+//!   exists before the default route through it (upstream #4320). ENETUNREACH and friends fail
+//!   the pass, which is retried with backoff and on every route or link event.
+
+use std::net::IpAddr;
+
+use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
+use machinery::resources::network::{
+    Family, RouteFlags, RouteSpec, RouteSpecSpec, RoutingTable, DEFAULT_ROUTE_METRIC, NAMESPACE,
+};
+
+use crate::netlink::{self, watch, Kernel, Link, Route};
+
+use super::link_spec::aggregate;
+
+/// The owner and finalizer name.
+pub const NAME: &str = "network.RouteSpecController";
+
+/// How soon a route whose gateway is unreachable is tried again without a route event.
+pub const UNREACHABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The outcome of converging one route.
+#[derive(Debug, PartialEq, Eq)]
+enum Applied {
+    /// As the spec says (or waiting for its link).
+    Done,
+    /// The kernel cannot reach the gateway yet (ENETUNREACH): typically the address that makes
+    /// it on-link is not there yet.
+    Unreachable,
+}
+
+/// Applies RouteSpecs to the kernel.
+#[derive(Debug)]
+pub struct RouteSpecController {
+    kernel: Kernel,
+}
+
+impl Default for RouteSpecController {
+    fn default() -> Self {
+        Self {
+            kernel: Kernel::new(watch::GROUP_LINK | watch::GROUPS_ROUTE),
+        }
+    }
+}
+
+impl Controller for RouteSpecController {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::strong::<RouteSpecSpec>(NAMESPACE)]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let nl = self
+            .kernel
+            .connect(&ctx.waker())
+            .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
+            .clone();
+        let mut specs = ctx.list::<RouteSpecSpec>(NAMESPACE).await?;
+        specs.sort_by_key(|s| (s.metadata.phase == Phase::Running, s.spec.gateway.is_some()));
+        let links = nl
+            .links()
+            .await
+            .map_err(|e| ReconcileError::failed("list links", e))?;
+        let mut routes = nl
+            .routes()
+            .await
+            .map_err(|e| ReconcileError::failed("list routes", e))?;
+        let mut errors = Vec::new();
+        let mut unreachable = false;
+        for spec in &specs {
+            let result = match spec.metadata.phase {
+                Phase::TearingDown => teardown(ctx, &nl, spec, &links, &routes)
+                    .await
+                    .map(|()| Applied::Done),
+                Phase::Running => {
+                    if !spec.metadata.finalizers.contains(NAME) {
+                        ctx.add_finalizer::<RouteSpecSpec>(NAMESPACE, spec.id(), NAME)
+                            .await?;
+                    }
+                    converge(&nl, &spec.spec, &links, &mut routes).await
+                }
+            };
+            match result {
+                Ok(Applied::Done) => {}
+                Ok(Applied::Unreachable) => unreachable = true,
+                Err(e) => errors.push(e),
+            }
+        }
+        match aggregate("routes", errors)? {
+            // The route (prefix) that makes the gateway reachable wakes us; poll too, in case.
+            _ if unreachable => Ok(Action::RequeueAfter(UNREACHABLE_RETRY)),
+            action => Ok(action),
+        }
+    }
+}
+
+/// The kernel table of a spec (unspec means main).
+fn table(s: &RouteSpecSpec) -> u32 {
+    if s.table == RoutingTable::UNSPEC {
+        RoutingTable::MAIN.0
+    } else {
+        s.table.0
+    }
+}
+
+/// The family number of a spec, from its field or its addresses.
+fn family(s: &RouteSpecSpec) -> u8 {
+    match s.family {
+        Family::Unspec => s
+            .destination
+            .map(|d| d.addr())
+            .or(s.gateway)
+            .map_or(0, |a| Family::of(&a).number()),
+        f => f.number(),
+    }
+}
+
+/// Whether kernel route `r` is the route a spec describes (the kernel's identity of a route).
+pub(crate) fn is_match(r: &Route, s: &RouteSpecSpec) -> bool {
+    let fam = family(s);
+    if r.family != fam || r.table != table(s) {
+        return false;
+    }
+    let (dst, dst_len) = match s.destination {
+        Some(d) => (Some(d.addr()), d.prefix_len()),
+        None => (None, 0),
+    };
+    if r.dst_len != dst_len || (dst_len != 0 && r.dst != dst) {
+        return false;
+    }
+    if r.gateway != s.gateway {
+        return false;
+    }
+    let v6_default = fam == Family::Inet6.number() && s.priority == 0;
+    r.priority == s.priority || (v6_default && r.priority == DEFAULT_ROUTE_METRIC)
+}
+
+/// Whether a matching kernel route already is what the spec asks for.
+pub(crate) fn is_equal(r: &Route, s: &RouteSpecSpec, oif: u32) -> bool {
+    let onlink = RouteFlags::ONLINK.0;
+    r.scope == s.scope.number()
+        && (r.flags & onlink) == (s.flags.0 & onlink)
+        && (s.out_link_name.is_empty() || r.oif == oif)
+        && (s.source.is_none() || r.src == s.source)
+        && r.mtu == s.mtu
+        && r.kind == s.r#type.number()
+}
+
+async fn teardown(
+    ctx: &Context,
+    nl: &netlink::Netlink,
+    spec: &RouteSpec,
+    _links: &[Link],
+    routes: &[Route],
+) -> Result<(), ReconcileError> {
+    let s = &spec.spec;
+    for r in routes.iter().filter(|r| is_match(r, s)) {
+        if !r.is_owned() {
+            tracing::info!(route = %spec.id(), "route not added by networkd, left in place");
+            continue;
+        }
+        match nl.delete_route(r).await {
+            Ok(()) => tracing::info!(route = %spec.id(), "route deleted"),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                return Err(ReconcileError::failed(
+                    format!("delete route {}", spec.id()),
+                    e,
+                ))
+            }
+        }
+    }
+    ctx.remove_finalizer::<RouteSpecSpec>(NAMESPACE, spec.id(), NAME)
+        .await
+}
+
+async fn converge(
+    nl: &netlink::Netlink,
+    s: &RouteSpecSpec,
+    links: &[Link],
+    routes: &mut Vec<Route>,
+) -> Result<Applied, ReconcileError> {
+    let id = s.id();
+    let oif = if s.out_link_name.is_empty() {
+        0
+    } else {
+        match netlink::resolve_link(links, &s.out_link_name, false) {
+            Some(l) => l.index,
+            None => {
+                tracing::debug!(route = %id, link = %s.out_link_name, "link missing");
+                return Ok(Applied::Done);
+            }
+        }
+    };
+    let mut kept = false;
+    let mut stale = Vec::new();
+    for r in routes.iter().filter(|r| is_match(r, s)) {
+        if !kept && is_equal(r, s, oif) {
+            kept = true;
+        } else {
+            stale.push(r.clone());
+        }
+    }
+    for r in &stale {
+        tracing::info!(route = %id, "route differs from its spec, replacing");
+        match nl.delete_route(r).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(ReconcileError::failed(format!("delete route {id}"), e)),
+        }
+        routes.retain(|x| x != r);
+    }
+    if kept {
+        return Ok(Applied::Done);
+    }
+    let (dst, dst_len) = match s.destination {
+        Some(d) => (Some(d.addr()), d.prefix_len()),
+        None => (None, 0),
+    };
+    let fam = family(s);
+    let priority = if fam == Family::Inet6.number() && s.priority == 0 {
+        DEFAULT_ROUTE_METRIC
+    } else {
+        s.priority
+    };
+    let route = Route {
+        family: fam,
+        dst,
+        dst_len,
+        src: s.source,
+        gateway: s.gateway.filter(|g: &IpAddr| !g.is_unspecified()),
+        oif,
+        table: table(s),
+        priority,
+        scope: s.scope.number(),
+        protocol: netlink::OWN_PROTOCOL,
+        kind: s.r#type.number(),
+        flags: s.flags.0 & RouteFlags::ONLINK.0,
+        mtu: s.mtu,
+        multipath: Vec::new(),
+    };
+    match nl.add_route(&route).await {
+        Ok(()) => {
+            tracing::info!(route = %id, "route added");
+            routes.push(route);
+            Ok(Applied::Done)
+        }
+        Err(e) if e.is_exists() => Ok(Applied::Done),
+        Err(e) if e.errno() == Some(netlink::errno::ENETUNREACH) => {
+            tracing::debug!(route = %id, "gateway unreachable for now, route waits");
+            Ok(Applied::Unreachable)
+        }
+        Err(e) => Err(ReconcileError::failed(format!("add route {id}"), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use machinery::resources::network::{ConfigLayer, RouteProtocol, RouteType, Scope};
+
+    fn default_route() -> RouteSpecSpec {
+        let mut s = RouteSpecSpec {
+            family: Family::Inet4,
+            gateway: Some("10.0.0.1".parse().expect("ip")),
+            out_link_name: "eth0".into(),
+            table: RoutingTable::MAIN,
+            priority: 1024,
+            r#type: RouteType::Unicast,
+            protocol: RouteProtocol::STATIC,
+            layer: ConfigLayer::Configuration,
+            ..RouteSpecSpec::default()
+        };
+        s.normalize();
+        s
+    }
+
+    fn kernel(s: &RouteSpecSpec) -> Route {
+        Route {
+            family: 2,
+            dst: None,
+            dst_len: 0,
+            src: None,
+            gateway: s.gateway,
+            oif: 3,
+            table: 254,
+            priority: 1024,
+            scope: 0,
+            protocol: netlink::OWN_PROTOCOL,
+            kind: 1,
+            flags: 0,
+            mtu: 0,
+            multipath: vec![],
+        }
+    }
+
+    #[test]
+    fn kernel_flags_do_not_cause_a_replacement() {
+        let s = default_route();
+        assert_eq!(s.scope, Scope::Global);
+        let mut r = kernel(&s);
+        assert!(is_match(&r, &s));
+        assert!(is_equal(&r, &s, 3));
+        r.flags = RouteFlags::LINKDOWN.0;
+        assert!(is_equal(&r, &s, 3), "linkdown is the kernel's");
+        r.protocol = 3;
+        assert!(
+            is_equal(&r, &s, 3),
+            "a foreign equal route satisfies the spec"
+        );
+        r.oif = 4;
+        assert!(!is_equal(&r, &s, 3));
+    }
+
+    #[test]
+    fn matching_by_identity() {
+        let s = default_route();
+        let mut r = kernel(&s);
+        r.priority = 100;
+        assert!(!is_match(&r, &s));
+        let mut r = kernel(&s);
+        r.gateway = Some("10.0.0.2".parse().expect("ip"));
+        assert!(!is_match(&r, &s));
+        let mut r = kernel(&s);
+        r.table = 100;
+        assert!(!is_match(&r, &s));
+
+        let mut v6 = RouteSpecSpec {
+            family: Family::Inet6,
+            destination: Some("2001:db8::/64".parse().expect("prefix")),
+            ..RouteSpecSpec::default()
+        };
+        v6.normalize();
+        let r = Route {
+            family: 10,
+            dst: Some("2001:db8::".parse().expect("ip")),
+            dst_len: 64,
+            priority: 1024,
+            gateway: None,
+            ..kernel(&s)
+        };
+        assert!(is_match(&r, &v6), "IPv6 metric 0 is the kernel's 1024");
+    }
+}

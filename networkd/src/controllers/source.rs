@@ -1,0 +1,169 @@
+//! The sources of the Config controllers (machine configuration, kernel command line, links)
+//! and the rule for a configuration that does not decode.
+//!
+//! # An invalid configuration changes nothing
+//!
+//! apid does not accept an invalid MachineConfig, but networkd does not rely on it: a
+//! configuration whose network settings do not all parse is never half-applied. Each Config
+//! controller keeps the last configuration that was valid in memory and goes on deriving its
+//! candidates from it (the command line and the links may still change); after a restart with
+//! no valid configuration seen yet, it re-asserts the candidates it already has in stated,
+//! unchanged. Either way the problems are logged once, with their paths, at `error` level.
+
+use std::sync::Arc;
+
+use cosi::runtime::{Context, Input, ReconcileError};
+use cosi::{Phase, Resource, ResourceSpec};
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS};
+use machinery::resources::network::{LinkStatus, LinkStatusSpec, NAMESPACE};
+use machinery::resources::runtime::{KernelCmdlineSpec, CMDLINE_ID, NAMESPACE as RUNTIME_NS};
+
+use super::cmdline::CmdlineNetwork;
+use super::machine_network::MachineNetwork;
+
+/// The machine configuration as a Config controller may use it.
+#[derive(Debug, Clone)]
+pub enum Machine {
+    /// There is no machine configuration (yet): only command line and defaults apply.
+    Absent,
+    /// The configuration to derive candidates from (the current one, or the last valid one
+    /// when the current one is invalid).
+    Valid(Arc<MachineNetwork>),
+    /// The current configuration is invalid and no valid one was seen since start: keep the
+    /// existing candidates as they are.
+    Keep,
+}
+
+/// Remembers the last valid configuration and the problems already reported.
+#[derive(Debug, Default)]
+pub struct Sources {
+    last_good: Option<(String, Arc<MachineNetwork>)>,
+    reported: Option<String>,
+    cmdline_reported: Option<String>,
+}
+
+/// Inputs every Config controller declares.
+pub fn inputs() -> Vec<Input> {
+    vec![
+        Input::weak::<MachineConfigSpec>(CONFIG_NS).with_id(ACTIVE_ID),
+        Input::weak::<KernelCmdlineSpec>(RUNTIME_NS).with_id(CMDLINE_ID),
+        Input::weak::<LinkStatusSpec>(NAMESPACE),
+    ]
+}
+
+impl Sources {
+    /// Reads and decodes the machine configuration.
+    ///
+    /// # Errors
+    ///
+    /// State errors only; an invalid configuration is [`Machine::Valid`] (last good) or
+    /// [`Machine::Keep`].
+    pub async fn machine(&mut self, ctx: &Context) -> Result<Machine, ReconcileError> {
+        let Some(mc) = ctx.get::<MachineConfigSpec>(CONFIG_NS, ACTIVE_ID).await? else {
+            self.reported = None;
+            return Ok(Machine::Absent);
+        };
+        let text = &mc.spec.0;
+        if let Some((last_text, last)) = &self.last_good {
+            if last_text == text {
+                return Ok(Machine::Valid(last.clone()));
+            }
+        }
+        match MachineNetwork::from_yaml(text) {
+            Ok(m) => {
+                if !m.unsupported_documents.is_empty() {
+                    tracing::warn!(
+                        documents = ?m.unsupported_documents,
+                        "network configuration documents are not supported yet and are ignored"
+                    );
+                }
+                let m = Arc::new(m);
+                self.last_good = Some((text.clone(), m.clone()));
+                self.reported = None;
+                Ok(Machine::Valid(m))
+            }
+            Err(problems) => {
+                let report = problems.join("; ");
+                if self.reported.as_deref() != Some(report.as_str()) {
+                    tracing::error!(
+                        version = mc.metadata.version,
+                        problems = %report,
+                        keeping = if self.last_good.is_some() { "last valid configuration" } else { "current network specs" },
+                        "machine configuration rejected: its network settings are invalid; nothing of it is applied"
+                    );
+                    self.reported = Some(report);
+                }
+                Ok(match &self.last_good {
+                    Some((_, last)) => Machine::Valid(last.clone()),
+                    None => Machine::Keep,
+                })
+            }
+        }
+    }
+
+    /// Reads and parses the kernel command line; a malformed one counts as empty (reported
+    /// once).
+    ///
+    /// # Errors
+    ///
+    /// State errors.
+    pub async fn cmdline(&mut self, ctx: &Context) -> Result<CmdlineNetwork, ReconcileError> {
+        let Some(kc) = ctx.get::<KernelCmdlineSpec>(RUNTIME_NS, CMDLINE_ID).await? else {
+            return Ok(CmdlineNetwork::default());
+        };
+        match CmdlineNetwork::parse(&kc.spec.cmdline) {
+            Ok(c) => {
+                self.cmdline_reported = None;
+                Ok(c)
+            }
+            Err(problems) => {
+                let report = problems.join("; ");
+                if self.cmdline_reported.as_deref() != Some(report.as_str()) {
+                    tracing::error!(problems = %report, "kernel command line network settings ignored");
+                    self.cmdline_reported = Some(report);
+                }
+                Ok(CmdlineNetwork::default())
+            }
+        }
+    }
+}
+
+/// The links of the node, sorted by name.
+///
+/// # Errors
+///
+/// State errors.
+pub async fn links(ctx: &Context) -> Result<Vec<LinkStatus>, ReconcileError> {
+    Ok(ctx
+        .list::<LinkStatusSpec>(NAMESPACE)
+        .await?
+        .into_iter()
+        .filter(|l| l.metadata.phase == Phase::Running)
+        .collect())
+}
+
+/// Re-asserts, unchanged, every running resource of `S` in `namespace` that this controller
+/// owns (so that the runtime tears none of them down).
+///
+/// # Errors
+///
+/// State errors.
+pub async fn keep_outputs<S: ResourceSpec>(
+    ctx: &mut Context,
+    namespace: &str,
+) -> Result<(), ReconcileError> {
+    let mine: Vec<Resource<S>> = ctx
+        .list::<S>(namespace)
+        .await?
+        .into_iter()
+        .filter(|r| r.metadata.owner == ctx.name() && r.metadata.phase == Phase::Running)
+        .collect();
+    for r in mine {
+        let id = r.id().to_string();
+        let mut keep = Resource::new(namespace, id, r.spec);
+        keep.metadata.labels = r.metadata.labels;
+        keep.metadata.annotations = r.metadata.annotations;
+        ctx.apply(keep).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! The daemon: connect to stated, define the network resource types, run every controller until
+//! shutdown, publishing the dependency graph (`talosctl inspect dependencies`).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cosi::{ErrorKind, Resource, ResourceDefinition, ResourceSpec, META_NAMESPACE};
+
+use crate::controllers;
+
+/// What networkd runs with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// stated's socket.
+    pub socket: PathBuf,
+    /// Root of the rendered files (`etc/resolv.conf`, `etc/hosts`, `etc/hostname`).
+    pub etc_root: PathBuf,
+}
+
+/// Why networkd stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The socket path is unusable.
+    #[error("cannot create a stated client for {socket}")]
+    Client {
+        /// The socket.
+        socket: PathBuf,
+        /// The cause.
+        #[source]
+        source: cosi::StateError,
+    },
+    /// Two controllers conflict (a bug).
+    #[error("cannot register the controllers")]
+    Register(#[source] cosi::runtime::RuntimeError),
+    /// The runtime itself failed (a bug).
+    #[error("controller runtime failed")]
+    Runtime(#[source] cosi::runtime::RuntimeError),
+}
+
+/// The definitions networkd writes: every network type, and its own `DHCP4Lease`.
+pub fn definitions() -> Vec<ResourceDefinition> {
+    let mut defs = machinery::resources::network::definitions();
+    defs.push(crate::dhcp::Dhcp4LeaseSpec::definition());
+    defs
+}
+
+/// Runs networkd until `shutdown` completes.
+///
+/// # Errors
+///
+/// [`Error`]; an unreachable stated is not an error: controllers retry until it answers.
+pub async fn run(config: Config, shutdown: impl Future) -> Result<(), Error> {
+    let client = cosi::Client::new(&config.socket).map_err(|source| Error::Client {
+        socket: config.socket.clone(),
+        source,
+    })?;
+    let options = controllers::Options {
+        etc_root: config.etc_root.clone(),
+    };
+    let registry = controllers::registry_with(&options).map_err(Error::Register)?;
+    let definer = tokio::spawn(define_types(client.clone()));
+    tracing::info!(socket = %config.socket.display(), "networkd started");
+    let result = cosi::Runtime::with_registry(client, registry)
+        .publish_graph(machinery::resources::network::NAMESPACE, "networkd")
+        .run(shutdown)
+        .await
+        .map_err(Error::Runtime);
+    definer.abort();
+    tracing::info!("networkd stopped");
+    result
+}
+
+/// Writes the resource definitions of the network types, retrying while stated is unreachable;
+/// definitions that exist are left as they are.
+async fn define_types(client: cosi::Client) {
+    let mut backoff = Duration::from_millis(100);
+    let mut pending = definitions();
+    while !pending.is_empty() {
+        let mut failed = Vec::new();
+        for def in pending {
+            let raw = match Resource::new(META_NAMESPACE, def.id(), def.clone()).to_raw() {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %cosi::error::Chain(&e), "cannot encode a definition");
+                    continue;
+                }
+            };
+            match client.create(&raw, "networkd").await {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) if e.is_unavailable() => failed.push(def),
+                Err(e) => tracing::warn!(r#type = %def.resource_type,
+                    error = %cosi::error::Chain(&e), "cannot define resource type"),
+            }
+        }
+        pending = failed;
+        if !pending.is_empty() {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+    tracing::debug!("resource definitions written");
+}
