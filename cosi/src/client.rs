@@ -535,20 +535,25 @@ fn permanent(e: &StateError) -> bool {
 /// What the watch has delivered so far: enough to turn a relist into the events that were missed.
 #[derive(Default)]
 struct Seen {
-    versions: HashMap<String, (u64, Metadata)>,
+    /// Version and creation time of every resource delivered and not destroyed: enough to tell,
+    /// after a relist, what changed (a destroyed and re-created resource restarts at version 1
+    /// but has a new creation time).
+    versions: HashMap<String, (u64, Option<std::time::SystemTime>)>,
 }
 
 impl Seen {
     fn record(&mut self, e: &Event) {
+        let md = &e.resource.metadata;
         match e.kind {
-            EventKind::Created | EventKind::Updated => {
-                self.versions.insert(
-                    e.resource.metadata.id.clone(),
-                    (e.resource.metadata.version, e.resource.metadata.clone()),
-                );
-            }
+            EventKind::Created | EventKind::Updated => match self.versions.get_mut(&md.id) {
+                Some(v) => *v = (md.version, md.created),
+                None => {
+                    self.versions
+                        .insert(md.id.clone(), (md.version, md.created));
+                }
+            },
             EventKind::Destroyed => {
-                self.versions.remove(&e.resource.metadata.id);
+                self.versions.remove(&md.id);
             }
             EventKind::Bootstrapped | EventKind::Noop => {}
         }
@@ -672,7 +677,7 @@ async fn run_watch(
                             continue;
                         }
                         EventKind::Bootstrapped => {
-                            out.extend(diff_relist(&mut seen, std::mem::take(list)));
+                            out.extend(diff_relist(&mut seen, &spec, std::mem::take(list)));
                             relist = None;
                             continue;
                         }
@@ -722,14 +727,14 @@ async fn run_watch(
 
 /// Turns the current contents after a relist into the events that bring a consumer from what it
 /// has seen to now.
-fn diff_relist(seen: &mut Seen, current: Vec<RawResource>) -> Vec<Event> {
+fn diff_relist(seen: &mut Seen, spec: &WatchSpec, current: Vec<RawResource>) -> Vec<Event> {
     let mut out = Vec::new();
     let mut present = std::collections::HashSet::new();
     for r in current {
         present.insert(r.metadata.id.clone());
         let kind = match seen.versions.get(&r.metadata.id) {
             None => EventKind::Created,
-            Some((v, m)) if *v != r.metadata.version || !m.same_content(&r.metadata) => {
+            Some(&(v, created)) if v != r.metadata.version || created != r.metadata.created => {
                 EventKind::Updated
             }
             Some(_) => continue,
@@ -748,17 +753,16 @@ fn diff_relist(seen: &mut Seen, current: Vec<RawResource>) -> Vec<Event> {
         .cloned()
         .collect();
     for id in gone {
-        if let Some((_, md)) = seen.versions.remove(&id) {
-            out.push(Event {
-                kind: EventKind::Destroyed,
-                resource: RawResource {
-                    metadata: md,
-                    ..Default::default()
-                },
-                old: None,
-                bookmark: None,
-            });
-        }
+        seen.versions.remove(&id);
+        out.push(Event {
+            kind: EventKind::Destroyed,
+            resource: RawResource {
+                metadata: Metadata::new(spec.namespace.clone(), spec.r#type.clone(), id),
+                ..Default::default()
+            },
+            old: None,
+            bookmark: None,
+        });
     }
     for e in &out {
         seen.record(e);

@@ -1,5 +1,8 @@
+use std::io::Write as _;
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 
@@ -23,6 +26,14 @@ struct Args {
     /// Events kept per resource kind for watches to resume from.
     #[arg(long, default_value_t = stated::store::DEFAULT_HISTORY)]
     history: usize,
+    /// Readiness: write `READY=1\n` to this fd and close it once the socket accepts requests
+    /// (init passes the write end of a pipe, as s6's notification-fd).
+    #[arg(long, value_name = "FD")]
+    notify_fd: Option<RawFd>,
+    /// Serve on this already listening Unix socket instead of binding --socket (init holds the
+    /// socket across restarts of stated, so clients never see it missing).
+    #[arg(long, value_name = "FD")]
+    listen_fd: Option<RawFd>,
 }
 
 fn main() -> ExitCode {
@@ -69,13 +80,73 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(stated::run(config, shutdown())) {
+    let (notify, listen) = match (take_fd(args.notify_fd), take_fd(args.listen_fd)) {
+        (Ok(n), Ok(l)) => (n, l),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("stated: {e}");
+            return ExitCode::from(78);
+        }
+    };
+    match rt.block_on(run(config, notify, listen)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("stated: {}", cosi::error::Chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Takes ownership of an fd number given on the command line, after checking it is open and
+/// not stdio.
+fn take_fd(fd: Option<RawFd>) -> Result<Option<OwnedFd>, String> {
+    let Some(fd) = fd else { return Ok(None) };
+    if fd < 3 {
+        return Err(format!("fd {fd} is stdio, not a passed fd"));
+    }
+    // SAFETY: borrowed only for the F_GETFD query below; a closed fd fails it with EBADF.
+    #[allow(unsafe_code)]
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    if nix::fcntl::fcntl(borrowed, nix::fcntl::FcntlArg::F_GETFD).is_err() {
+        return Err(format!("fd {fd} is not open"));
+    }
+    // SAFETY: the fd is open (checked above), was passed by the parent for this process alone,
+    // and is owned from here on: nothing else in stated uses that number.
+    #[allow(unsafe_code)]
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(Some(owned))
+}
+
+/// `stated::run`, with the socket possibly handed over by init and readiness reported once it
+/// listens.
+async fn run(
+    config: stated::Config,
+    notify: Option<OwnedFd>,
+    listen: Option<OwnedFd>,
+) -> Result<(), stated::Error> {
+    let store = Arc::new(stated::open_store(&config)?);
+    let listener = match listen {
+        Some(fd) => {
+            let std_listener = std::os::unix::net::UnixListener::from(fd);
+            let listen_error = |source| stated::Error::Listen {
+                path: config.socket.clone(),
+                source,
+            };
+            std_listener.set_nonblocking(true).map_err(listen_error)?;
+            tokio::net::UnixListener::from_std(std_listener).map_err(listen_error)?
+        }
+        None => stated::bind(&config.socket)?,
+    };
+    tracing::info!(
+        socket = %config.socket.display(),
+        resources = store.len(),
+        mode = if config.manifest.is_some() { "node" } else { "standalone" },
+        "stated ready"
+    );
+    if let Some(fd) = notify {
+        // A reader that went away is init's business; stated serves regardless.
+        let _ = std::fs::File::from(fd).write_all(b"READY=1\n");
+    }
+    stated::serve(store, &config, listener, shutdown()).await
 }
 
 async fn shutdown() {

@@ -502,13 +502,22 @@ impl Watcher {
                     }
                     _ => None,
                 };
-                if let Some(k) = kind {
-                    let old = if k == proto::EventType::Updated {
-                        e.old.as_deref()
-                    } else {
-                        None
-                    };
-                    out.push(to_proto_event(k, r, old, bookmark));
+                let Some(k) = kind else { continue };
+                let natural = match e.kind {
+                    EventKind::Created => proto::EventType::Created,
+                    EventKind::Updated => proto::EventType::Updated,
+                    EventKind::Destroyed => proto::EventType::Destroyed,
+                };
+                if k == natural {
+                    // Every watcher sends this event the same way: convert it once.
+                    let old = e.old.as_deref().filter(|_| k == proto::EventType::Updated);
+                    out.push(
+                        e.wire
+                            .get_or_init(|| to_proto_event(k, r, old, bookmark))
+                            .clone(),
+                    );
+                } else {
+                    out.push(to_proto_event(k, r, None, bookmark));
                 }
             }
             self.pos = next;

@@ -50,6 +50,9 @@ pub struct StoredEvent {
     pub resource: Arc<RawResource>,
     /// The resource before an update.
     pub old: Option<Arc<RawResource>>,
+    /// The event as sent on the wire when no filter rewrites it, built once by the first
+    /// watcher and cloned by the others.
+    pub wire: std::sync::OnceLock<proto::Event>,
 }
 
 struct Collection {
@@ -668,6 +671,7 @@ impl Inner {
             kind,
             resource: r,
             old,
+            wire: std::sync::OnceLock::new(),
         }));
         while c.history.len() > cap {
             if let Some(e) = c.history.pop_front() {
