@@ -550,3 +550,37 @@ async fn an_idle_kind_keeps_its_bookmark_while_other_kinds_are_written() {
         (EventKind::Created, "late")
     );
 }
+
+#[tokio::test]
+async fn after_a_reboot_a_watch_relists_and_reports_what_changed() {
+    let mut h = Harness::start().await;
+    let c = h.client.clone();
+    c.create(&res(NS, T, "a", "1"), "").await.unwrap();
+    c.create(&res(NS, T, "b", "1"), "").await.unwrap();
+    let mut w = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), bootstrap: true, ..Default::default() });
+    assert_eq!(next(&mut w).await.kind, EventKind::Created);
+    assert_eq!(next(&mut w).await.kind, EventKind::Created);
+    assert_eq!(next(&mut w).await.kind, EventKind::Bootstrapped);
+
+    // A reboot: the run state is gone (a new epoch, so every bookmark is invalid), the
+    // non-durable namespace is empty.
+    h.stop().await;
+    std::fs::remove_dir_all(&h.config.run_dir).unwrap();
+    h.restart().await;
+    c.create(&res(NS, T, "b", "2"), "").await.unwrap();
+
+    // The watch could not resume from its bookmark: it relisted and turned the difference into
+    // events: `a` destroyed, `b` replaced by a new resource (version 1 again, new creation time)
+    // — as Destroyed+Created or as one Updated, depending on when the relist ran.
+    let mut a_destroyed = false;
+    loop {
+        let e = next(&mut w).await;
+        match (e.kind, e.resource.metadata.id.as_str()) {
+            (EventKind::Destroyed, "a") => a_destroyed = true,
+            (EventKind::Destroyed, "b") => {}
+            (EventKind::Created | EventKind::Updated, "b") if value(&e.resource) == "2" => break,
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert!(a_destroyed, "the relist did not report a's destruction");
+}
