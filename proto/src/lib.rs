@@ -12,5 +12,10 @@ pub mod resource {
     }
 }
 
+/// `talos.init`: init's control API (list, start, stop, restart, logs, shutdown, reboot).
+pub mod init {
+    tonic::include_proto!("talos.init");
+}
+
 pub use prost_types::Timestamp;
 pub use resource::*;

@@ -5,7 +5,10 @@
 //! - [`get`]: read, list or watch resources of any type, rendered as a table, YAML or JSON;
 //! - [`validate`]: check a machine configuration file offline;
 //! - [`machineconfig`]: patch a machine configuration file locally;
-//! - [`inspect`]: the controller dependency graph of the node.
+//! - [`inspect`]: the controller dependency graph of the node;
+//! - [`services`], [`logs`], [`power`]: daemons and services, their output, shutdown and reboot,
+//!   through init's control socket (`--init-socket`);
+//! - [`audit`]: the observed sandbox of every daemon and its exposure score.
 //!
 //! `main.rs` only parses arguments and maps [`run`]'s outcome to an exit code with [`exit_code`].
 
@@ -16,12 +19,16 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+pub mod audit;
 pub mod get;
 pub mod inspect;
 pub mod jsonpath;
+pub mod logs;
 pub mod machineconfig;
 pub mod output;
+pub mod power;
 pub mod resolve;
+pub mod services;
 pub mod validate;
 
 /// Where stated listens on a node.
@@ -49,6 +56,16 @@ pub struct Cli {
         value_name = "PATH"
     )]
     pub socket: PathBuf,
+
+    /// Unix socket of the local init's control API (root only).
+    #[arg(
+        long,
+        global = true,
+        env = "TALOS_INIT_SOCKET",
+        default_value = services::DEFAULT_INIT_SOCKET,
+        value_name = "PATH"
+    )]
+    pub init_socket: PathBuf,
 
     /// Target nodes (comma-separated). Reserved: reaching remote nodes needs apid, which is not
     /// available yet, so commands that talk to a node refuse this flag for now.
@@ -88,6 +105,24 @@ pub enum Command {
     /// Inspect the internals of the node (controller dependencies).
     #[command(subcommand)]
     Inspect(inspect::Command),
+
+    /// List the daemons and requested services of the node (init's view).
+    Services,
+
+    /// Show, start, stop or restart one daemon or service.
+    Service(services::ServiceArgs),
+
+    /// Print the output of a daemon or service (init's in-memory ring buffer).
+    Logs(logs::LogsArgs),
+
+    /// Audit the observed sandbox of every daemon (exposure on the systemd-analyze model).
+    Audit(audit::AuditArgs),
+
+    /// Stop every daemon in reverse dependency order and power the node off.
+    Shutdown,
+
+    /// Stop every daemon in reverse dependency order and reboot the node.
+    Reboot,
 }
 
 /// Runs a parsed command line, printing results to standard output.
@@ -102,6 +137,30 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect(cmd) => {
             refuse_nodes(&cli.nodes)?;
             block_on(inspect::run(&cli.socket, cmd, &mut out))
+        }
+        Command::Services => {
+            refuse_nodes(&cli.nodes)?;
+            block_on(services::list(&cli.init_socket, &mut out))
+        }
+        Command::Service(args) => {
+            refuse_nodes(&cli.nodes)?;
+            block_on(services::service(&cli.init_socket, args, &mut out))
+        }
+        Command::Logs(args) => {
+            refuse_nodes(&cli.nodes)?;
+            block_on(logs::run(&cli.init_socket, args, &mut out))
+        }
+        Command::Audit(args) => {
+            refuse_nodes(&cli.nodes)?;
+            block_on(audit::run(&cli.socket, args, &mut out))
+        }
+        Command::Shutdown => {
+            refuse_nodes(&cli.nodes)?;
+            block_on(power::run(&cli.init_socket, false, &mut out))
+        }
+        Command::Reboot => {
+            refuse_nodes(&cli.nodes)?;
+            block_on(power::run(&cli.init_socket, true, &mut out))
         }
         Command::Validate(args) => validate::run(args, &mut out),
         Command::Machineconfig(cmd) => machineconfig::run(cmd, &mut out),

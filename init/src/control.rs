@@ -1,0 +1,235 @@
+//! The control socket (`/run/init/init.sock`): list, start, stop and restart daemons and
+//! services, tail and follow their output, shut down or reboot the node. gRPC (`talos.init`).
+//! Only uid 0 may call it, checked on every request from the kernel's peer credentials
+//! (SO_PEERCRED), not from anything the caller says; the socket file is also 0600 (its directory
+//! is 0755: it also holds the manifest and seccomp profiles that daemons may read).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use proto::init::init_server::{Init, InitServer};
+use proto::init::{
+    ListRequest, ListResponse, LogLine, LogsRequest, PowerRequest, PowerResponse, Service,
+    ServiceRequest, ServiceResponse,
+};
+use tokio::net::UnixListener;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::server::UdsConnectInfo;
+use tonic::{Request, Response, Status};
+
+use crate::supervisor::{ControlError, Supervisor};
+use crate::PowerAction;
+
+/// The control API over a supervisor.
+pub struct Control {
+    supervisor: Arc<Supervisor>,
+    power: mpsc::UnboundedSender<PowerAction>,
+}
+
+impl Control {
+    /// The API; power requests go to `power`.
+    pub fn new(supervisor: Arc<Supervisor>, power: mpsc::UnboundedSender<PowerAction>) -> Self {
+        Control { supervisor, power }
+    }
+}
+
+/// Refuses every caller that is not uid 0.
+fn admin<T>(req: &Request<T>) -> Result<(), Status> {
+    let uid = req
+        .extensions()
+        .get::<UdsConnectInfo>()
+        .and_then(|i| i.peer_cred)
+        .map(|c| c.uid());
+    match uid {
+        Some(0) => Ok(()),
+        Some(uid) => Err(Status::permission_denied(format!(
+            "uid {uid} may not use init's control socket (root only)"
+        ))),
+        None => Err(Status::permission_denied(
+            "the peer's credentials are unknown",
+        )),
+    }
+}
+
+fn service(id: &str, s: &machinery::resources::runtime::ServiceStatusSpec) -> Service {
+    Service {
+        id: id.to_string(),
+        kind: s.kind.as_str().to_string(),
+        requested_by: s.requested_by.clone(),
+        state: s.state.as_str().to_string(),
+        pid: s.pid,
+        restarts: s.restarts,
+        last_exit: s.last_exit.clone(),
+        ready: s.ready,
+        healthy: s.healthy,
+        message: s.message.clone(),
+    }
+}
+
+fn status(e: ControlError) -> Status {
+    match e {
+        ControlError::NotFound(_) => Status::not_found(e.to_string()),
+        ControlError::Refused(..) => Status::failed_precondition(e.to_string()),
+        ControlError::Gone(_) => Status::unavailable(e.to_string()),
+    }
+}
+
+type LogStream = Pin<Box<dyn Stream<Item = Result<LogLine, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Init for Control {
+    async fn list(&self, req: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        admin(&req)?;
+        let services = self
+            .supervisor
+            .units()
+            .iter()
+            .map(|u| service(&u.id, &u.snapshot()))
+            .collect();
+        Ok(Response::new(ListResponse { services }))
+    }
+
+    async fn start(
+        &self,
+        req: Request<ServiceRequest>,
+    ) -> Result<Response<ServiceResponse>, Status> {
+        admin(&req)?;
+        let id = req.into_inner().id;
+        let s = self.supervisor.start(&id).await.map_err(status)?;
+        Ok(Response::new(ServiceResponse {
+            service: Some(service(&id, &s)),
+        }))
+    }
+
+    async fn stop(
+        &self,
+        req: Request<ServiceRequest>,
+    ) -> Result<Response<ServiceResponse>, Status> {
+        admin(&req)?;
+        let id = req.into_inner().id;
+        let s = self.supervisor.stop(&id).await.map_err(status)?;
+        Ok(Response::new(ServiceResponse {
+            service: Some(service(&id, &s)),
+        }))
+    }
+
+    async fn restart(
+        &self,
+        req: Request<ServiceRequest>,
+    ) -> Result<Response<ServiceResponse>, Status> {
+        admin(&req)?;
+        let id = req.into_inner().id;
+        let s = self.supervisor.restart(&id).await.map_err(status)?;
+        Ok(Response::new(ServiceResponse {
+            service: Some(service(&id, &s)),
+        }))
+    }
+
+    type LogsStream = LogStream;
+
+    async fn logs(&self, req: Request<LogsRequest>) -> Result<Response<LogStream>, Status> {
+        admin(&req)?;
+        let r = req.into_inner();
+        let unit = self
+            .supervisor
+            .get(&r.id)
+            .ok_or_else(|| status(ControlError::NotFound(r.id.clone())))?;
+        // Subscribe before taking the tail, then skip what the tail already had.
+        let mut rx = unit.logs.subscribe();
+        let tail = unit.logs.tail(usize::try_from(r.tail).ok());
+        let mut last = tail.last().map(|l| l.seq);
+        let (tx, out) = mpsc::channel::<Result<LogLine, Status>>(64);
+        let follow = r.follow;
+        tokio::spawn(async move {
+            for l in tail {
+                if tx
+                    .send(Ok(LogLine {
+                        line: l.text.to_vec(),
+                    }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            if !follow {
+                return;
+            }
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    line = rx.recv() => match line {
+                        Ok(l) => {
+                            if last.is_some_and(|s| l.seq <= s) {
+                                continue;
+                            }
+                            last = Some(l.seq);
+                            if tx.send(Ok(LogLine { line: l.text.to_vec() })).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                            let note = format!("init: {n} lines dropped (reader too slow)");
+                            if tx.send(Ok(LogLine { line: note.into_bytes() })).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(_) => return,
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(out),
+        )))
+    }
+
+    async fn shutdown(
+        &self,
+        req: Request<PowerRequest>,
+    ) -> Result<Response<PowerResponse>, Status> {
+        admin(&req)?;
+        self.power
+            .send(PowerAction::PowerOff)
+            .map_err(|_| Status::unavailable("already shutting down"))?;
+        Ok(Response::new(PowerResponse {}))
+    }
+
+    async fn reboot(&self, req: Request<PowerRequest>) -> Result<Response<PowerResponse>, Status> {
+        admin(&req)?;
+        self.power
+            .send(PowerAction::Reboot)
+            .map_err(|_| Status::unavailable("already shutting down"))?;
+        Ok(Response::new(PowerResponse {}))
+    }
+}
+
+/// Binds the control socket (0600, root's), replacing a stale one.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves the control API on `listener` forever.
+pub async fn serve(
+    listener: UnixListener,
+    control: Control,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .add_service(InitServer::new(control))
+        .serve_with_incoming(UnixListenerStream::new(listener))
+        .await
+}

@@ -1,0 +1,487 @@
+//! init on a real node: stated, networkd and test daemons started from the manifest, each in
+//! its sandbox, in new PID, mount and network namespaces (container mode) or as a plain
+//! process (development mode). Needs root; skipped with a message otherwise. Every node is torn
+//! down by `init::testing::Node` (SIGTERM, then the kernel's PID-namespace teardown), also when
+//! a test fails.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use cosi::{Query, ResourceSpec};
+use init::testing::{Node, NodeMode, TestDaemon};
+use machinery::resources::runtime::{DaemonSecuritySpec, ServiceSpecSpec, ServiceStatusSpec};
+use sandbox::{CapSet, SeccompMode};
+
+const T: Duration = Duration::from_secs(60);
+
+/// One node at a time: they share two cores with everything else.
+static NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+macro_rules! require_root {
+    () => {
+        if !init::testing::is_root() {
+            eprintln!("skipped: init's node tests need root (uids, namespaces, sandboxes)");
+            return;
+        }
+    };
+}
+
+const WORKER: &str = include_str!("../../talosctl/tests/testdata/worker.yaml");
+
+/// The worker config with an address networkd must add to `lo` and keep.
+fn config_with_address() -> String {
+    WORKER.replace(
+        "    network: {}",
+        "    network:\n        interfaces:\n            - interface: lo\n              addresses: [10.99.0.2/32]\n",
+    )
+}
+
+fn testd(name: &str, uid: u32, ns: &str) -> TestDaemon {
+    TestDaemon::new(name, uid, ns)
+}
+
+/// (namespace, type, id) → (created, owner) of every resource in `namespaces`, over every type
+/// stated has a definition for (and the test daemon's type).
+async fn snapshot(
+    node: &Node,
+    namespaces: &[&str],
+) -> BTreeMap<(String, String, String), (Option<SystemTime>, String)> {
+    let client = node.state();
+    let mut types: Vec<String> = client
+        .list_typed::<cosi::ResourceDefinition>("meta")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.spec.resource_type)
+        .chain(
+            machinery::resources::definitions()
+                .into_iter()
+                .map(|d| d.resource_type),
+        )
+        .collect();
+    types.push("TestItems.init.talos.dev".to_string());
+    types.push(cosi::runtime::DependencyGraph::TYPE.to_string());
+    types.sort();
+    types.dedup();
+    let mut out = BTreeMap::new();
+    for ns in namespaces {
+        for t in &types {
+            let Ok(list) = client.list(ns, t, &Query::default()).await else {
+                continue;
+            };
+            for r in list {
+                let m = r.metadata;
+                out.insert((m.namespace, m.r#type, m.id), (m.created, m.owner));
+            }
+        }
+    }
+    out
+}
+
+/// Waits until two snapshots half a second apart are equal (the node converged).
+async fn converged(
+    node: &Node,
+    namespaces: &[&str],
+) -> BTreeMap<(String, String, String), (Option<SystemTime>, String)> {
+    let deadline = std::time::Instant::now() + T;
+    let mut last = snapshot(node, namespaces).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = snapshot(node, namespaces).await;
+        if now == last && !now.is_empty() {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node never converged"
+        );
+        last = now;
+    }
+}
+
+/// The kernel's network objects in the node's namespace.
+fn kernel(node: &Node) -> String {
+    let mut s = String::new();
+    for args in [
+        &["ip", "-o", "link", "show"][..],
+        &["ip", "-o", "addr", "show"],
+        &["ip", "-o", "route", "show", "table", "all"],
+    ] {
+        s.push_str(&node.in_netns(args));
+    }
+    s
+}
+
+#[tokio::test]
+async fn every_thread_of_every_daemon_has_its_uid_exactly_its_capabilities_nnp_and_seccomp() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let builder = Node::builder().daemon(testd("test-a", 1100, "test-a"));
+    let manifest_text = builder.manifest();
+    let node = builder.start();
+    let manifest = init::Manifest::parse(
+        &manifest_text,
+        &init::Paths {
+            root: node.root.clone(),
+            bin: node.bin.clone(),
+        },
+    )
+    .unwrap();
+    let names = ["stated", "networkd", "test-a"];
+    let list = node.wait_healthy(&names, T).await;
+    for name in names {
+        let d = manifest.daemon(name).unwrap();
+        let caps: CapSet = d.capability_set().unwrap();
+        let pid = list.iter().find(|s| s.id == name).unwrap().pid;
+        let host = node.host_pid(pid).unwrap();
+        let observed = sandbox::observe(host).unwrap();
+        assert!(
+            observed.threads.len() >= 2,
+            "{name}: a tokio runtime has threads"
+        );
+        for t in &observed.threads {
+            let who = format!("{name} thread {} ({})", t.tid, t.name);
+            assert_eq!(t.uid.all(), [d.uid; 4], "{who}: uid");
+            assert_ne!(d.uid, 0);
+            assert_eq!(t.gid.all(), [d.gid; 4], "{who}: gid");
+            for (set, got) in [
+                ("CapEff", t.cap_effective),
+                ("CapPrm", t.cap_permitted),
+                ("CapInh", t.cap_inheritable),
+                ("CapAmb", t.cap_ambient),
+                ("CapBnd", t.cap_bounding),
+            ] {
+                assert_eq!(got, caps, "{who}: {set}");
+            }
+            assert!(t.no_new_privs, "{who}: NoNewPrivs");
+            assert_eq!(t.seccomp, SeccompMode::Filter, "{who}: Seccomp");
+        }
+    }
+    // init's own reading, published for the audit, says the same.
+    let client = node.state();
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let list = client
+            .list_typed::<DaemonSecuritySpec>("runtime")
+            .await
+            .unwrap_or_default();
+        if names
+            .iter()
+            .all(|n| list.iter().any(|r| r.metadata.id == *n))
+        {
+            for r in list {
+                assert!(
+                    r.spec.mismatches.is_empty(),
+                    "{}: {:?}",
+                    r.metadata.id,
+                    r.spec.mismatches
+                );
+                assert!(r.spec.observed.no_new_privs);
+                assert_eq!(r.spec.observed.seccomp, "filter");
+            }
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no DaemonSecurity");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn kill_9_of_each_daemon_restarts_it_and_the_node_converges_with_nothing_lost() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let node = Node::builder()
+        .config(&config_with_address())
+        .daemon(testd("test-a", 1100, "test-a"))
+        .start();
+    let names = ["stated", "networkd", "test-a"];
+    node.wait_healthy(&names, T).await;
+    let namespaces = ["config", "network-config", "network", "test-a"];
+    let before = converged(&node, &namespaces).await;
+    assert!(
+        before.keys().any(|(ns, _, _)| ns == "test-a"),
+        "test-a's items: {before:#?}"
+    );
+    assert!(
+        before.keys().any(|(ns, _, _)| ns == "config"),
+        "the machine config was seeded: {before:#?}"
+    );
+    let kernel_before = kernel(&node);
+    assert!(
+        kernel_before.contains("10.99.0.2/32"),
+        "networkd applied the config: {kernel_before}"
+    );
+    assert!(
+        before.keys().any(|(ns, t, id)| ns == "network"
+            && t.starts_with("AddressStatus")
+            && id == "lo/10.99.0.2/32"),
+        "networkd observed its address: {before:#?}"
+    );
+    for name in names {
+        let others: Vec<(String, i32)> = node
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.id != name)
+            .map(|s| (s.id, s.pid))
+            .collect();
+        let old = node.service(name).await.unwrap();
+        let host = node.host_pid(old.pid).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(host),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        node.wait_until(&format!("{name} restarted"), T, |l| {
+            l.iter().any(|s| {
+                s.id == name && s.healthy && s.pid != old.pid && s.restarts == old.restarts + 1
+            })
+        })
+        .await;
+        node.wait_healthy(&names, T).await;
+        let after = converged(&node, &namespaces).await;
+        assert_eq!(
+            before, after,
+            "after kill -9 of {name}: every resource is still there, none recreated"
+        );
+        assert_eq!(
+            kernel_before,
+            kernel(&node),
+            "after kill -9 of {name}: the kernel's links, addresses and routes are intact"
+        );
+        let s = node.service(name).await.unwrap();
+        assert_eq!(s.last_exit, "signal 9");
+        for (id, pid) in &others {
+            let now = node.service(id).await.unwrap();
+            assert_eq!(now.pid, *pid, "{id} survived the kill -9 of {name}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_crash_loop_and_the_permanent_failure_code_leave_a_daemon_failed_and_the_others_running()
+{
+    require_root!();
+    let _one = NODES.lock().await;
+    let node = Node::builder()
+        .daemon(testd("test-a", 1100, "test-a"))
+        .daemon(
+            testd("crasher", 1101, "test-crash")
+                .args(&["--exit", "1"])
+                .extra(
+                    "    restart: {backoffMs: 20, maxBackoffMs: 200, limit: 4, windowMs: 60000}\n",
+                ),
+        )
+        .daemon(testd("quitter", 1102, "test-quit").args(&["--exit", "78"]))
+        .start();
+    let healthy = ["stated", "networkd", "test-a"];
+    let first = node.wait_healthy(&healthy, T).await;
+    let list = node
+        .wait_until("crasher and quitter failed", T, |l| {
+            l.iter().any(|s| s.id == "crasher" && s.state == "failed")
+                && l.iter().any(|s| s.id == "quitter" && s.state == "failed")
+        })
+        .await;
+    let crasher = list.iter().find(|s| s.id == "crasher").unwrap();
+    assert!(crasher.message.contains("crash loop"), "{crasher:?}");
+    assert_eq!(crasher.restarts, 3, "limit 4: the 4th failure ends it");
+    assert_eq!(crasher.last_exit, "exit 1");
+    let quitter = list.iter().find(|s| s.id == "quitter").unwrap();
+    assert!(quitter.message.contains("permanent failure"), "{quitter:?}");
+    assert_eq!(quitter.restarts, 0, "exit 78 is never restarted");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let now = node.list().await.unwrap();
+    for id in healthy {
+        let (a, b) = (
+            first.iter().find(|s| s.id == id).unwrap(),
+            now.iter().find(|s| s.id == id).unwrap(),
+        );
+        assert!(b.healthy, "{id} still runs");
+        assert_eq!((a.pid, b.restarts), (b.pid, 0), "{id} was never restarted");
+    }
+    // The failure is visible in stated too.
+    let status = node
+        .state()
+        .get_typed::<ServiceStatusSpec>("runtime", "crasher")
+        .await
+        .unwrap();
+    assert_eq!(
+        status.spec.state,
+        machinery::resources::runtime::ServiceState::Failed
+    );
+    // The operator can try again: start resets the crash-loop count.
+    let mut control = node.control();
+    control
+        .start(proto::init::ServiceRequest {
+            id: "crasher".into(),
+        })
+        .await
+        .unwrap();
+    node.wait_until("crasher failed again", T, |l| {
+        l.iter()
+            .any(|s| s.id == "crasher" && s.state == "failed" && s.restarts > 3)
+    })
+    .await;
+}
+
+fn sleep_spec(uid: u32) -> ServiceSpecSpec {
+    let path = |p: &str, a: &str| machinery::resources::runtime::ServicePath {
+        path: p.into(),
+        access: a.into(),
+    };
+    ServiceSpecSpec {
+        binary: "/usr/bin/sleep".into(),
+        args: vec!["3000".into()],
+        uid,
+        gid: uid,
+        paths: vec![
+            path("/usr/bin/sleep", "exec"),
+            path("/usr/lib", "exec"),
+            path("/lib64", "exec"),
+            path("/etc/ld.so.cache", "read-only"),
+        ],
+        seccomp_profile: "service".into(),
+        restart: true,
+        ..Default::default()
+    }
+}
+
+const ENVELOPE: &str = "    envelope:
+      binaries: [/usr/bin/sleep]
+      capabilities: []
+      paths:
+        - {path: /usr, access: exec}
+        - {path: /lib64, access: exec}
+        - {path: /etc/ld.so.cache, access: read-only}
+      uids: [2000, 2099]
+      profiles: [service]
+";
+
+#[tokio::test]
+async fn a_requested_service_runs_sandboxed_within_the_envelope_and_one_asking_more_is_refused() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let spec = serde_json::to_string(&sleep_spec(2000)).unwrap();
+    let node = Node::builder()
+        .without_networkd()
+        .daemon(
+            testd("test-a", 1100, "test-a")
+                .args(&["--service-spec", &spec, "--service-id", "workload"])
+                .extra(ENVELOPE),
+        )
+        .start();
+    node.wait_healthy(&["stated", "test-a"], T).await;
+    // The daemon asked for `workload`: it runs, as its own uid, under the service profile.
+    let list = node.wait_healthy(&["workload"], T).await;
+    let w = list.iter().find(|s| s.id == "workload").unwrap();
+    assert_eq!(
+        (w.kind.as_str(), w.requested_by.as_str()),
+        ("service", "test-a")
+    );
+    let host = node.host_pid(w.pid).unwrap();
+    let exe = std::fs::read_link(format!("/proc/{host}/exe")).unwrap();
+    assert_eq!(exe, std::path::PathBuf::from("/usr/bin/sleep"));
+    let observed = sandbox::observe(host).unwrap();
+    for t in &observed.threads {
+        assert_eq!(t.uid.all(), [2000; 4]);
+        assert!(t.cap_effective.is_empty() && t.cap_bounding.is_empty());
+        assert!(t.no_new_privs);
+        assert_eq!(t.seccomp, SeccompMode::Filter);
+    }
+
+    // Asking for more than the envelope: another binary, a capability, a path, a uid.
+    let mut greedy = sleep_spec(0);
+    greedy.binary = "/bin/sh".into();
+    greedy.capabilities = vec!["CAP_SYS_ADMIN".into()];
+    greedy
+        .paths
+        .push(machinery::resources::runtime::ServicePath {
+            path: "/etc".into(),
+            access: "read-write".into(),
+        });
+    let raw = cosi::Resource::new("test-a", "greedy", greedy)
+        .to_raw()
+        .unwrap();
+    node.state()
+        .create(&raw, "test.ItemController")
+        .await
+        .unwrap();
+    let list = node
+        .wait_until("greedy refused", T, |l| {
+            l.iter().any(|s| s.id == "greedy" && s.state == "failed")
+        })
+        .await;
+    let g = list.iter().find(|s| s.id == "greedy").unwrap();
+    for reason in ["refused", "/bin/sh", "CAP_SYS_ADMIN", "\"/etc\"", "uid 0"] {
+        assert!(g.message.contains(reason), "{reason} in {:?}", g.message);
+    }
+    assert_eq!(g.pid, 0, "nothing ran");
+    // The refusal is in the service's ServiceStatus in stated.
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        if let Ok(s) = node
+            .state()
+            .get_typed::<ServiceStatusSpec>("runtime", "greedy")
+            .await
+        {
+            assert!(s.spec.message.contains("CAP_SYS_ADMIN"));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no ServiceStatus for greedy"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Removing the request stops the service.
+    node.state()
+        .destroy(
+            "test-a",
+            ServiceSpecSpec::TYPE,
+            "workload",
+            "test.ItemController",
+        )
+        .await
+        .unwrap();
+    node.wait_until("workload gone", T, |l| {
+        !l.iter().any(|s| s.id == "workload")
+    })
+    .await;
+    let deadline = std::time::Instant::now() + T;
+    while std::path::Path::new(&format!("/proc/{host}")).exists() {
+        assert!(std::time::Instant::now() < deadline, "sleep still runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn dev_mode_seeds_the_config_and_shuts_down_in_reverse_order() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let mut node = Node::builder()
+        .mode(NodeMode::Dev)
+        .config(WORKER)
+        .daemon(testd("test-a", 1100, "test-a"))
+        .start();
+    node.wait_healthy(&["stated", "networkd", "test-a"], T)
+        .await;
+    let mc = node
+        .state()
+        .get_typed::<machinery::resources::config::MachineConfigSpec>("config", "v1alpha1")
+        .await
+        .unwrap();
+    assert!(mc.spec.0.contains("type: worker"));
+    let status = node.terminate(Duration::from_secs(30)).unwrap();
+    assert_eq!(status.code(), Some(0), "{}", node.log_text());
+    let log = node.log_text();
+    let stop = |d: &str| {
+        log.find(&format!("stopping unit={d}"))
+            .unwrap_or_else(|| panic!("{d} was not stopped:\n{log}"))
+    };
+    assert!(stop("networkd") < stop("stated"), "stated stops last");
+    assert!(stop("test-a") < stop("stated"));
+    assert!(node.leftovers().is_empty(), "nothing of the node runs");
+}

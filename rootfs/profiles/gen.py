@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Writes the seccomp profiles of the image (x86_64/<name>.json, seccompiler's JSON format).
+
+The allow-lists were measured, not guessed: `strace -f -qq -c` of each binary running its real
+work (stated serving networkd and talosctl; networkd reconciling in a netns; sleep), plus the
+calls a reviewer finds commented below. Edit this script, not the JSON, then run it:
+    python3 rootfs/profiles/gen.py
+init's build.rs compiles every profile with seccompiler (the build fails on an unknown name) and
+embeds it. Every profile kills the process on a call outside its list (SIGSYS): a missing call
+is found at once, in tests, never silently refused.
+"""
+import json, os
+
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+FIONBIO = 0x5421
+PR_SET_NAME = 15
+
+def call(name, comment=None, args=None):
+    d = {"syscall": name}
+    if comment:
+        d["comment"] = comment
+    if args:
+        d["args"] = args
+    return d
+
+def arg_eq(index, val, comment):
+    return {"index": index, "type": "dword", "op": "eq", "val": val, "comment": comment}
+
+# What any dynamically linked glibc program does until main (ld.so, libc init).
+STARTUP = [
+    call("execve", "the filter is installed before exec: the exec itself must pass"),
+    call("brk"), call("mmap", "unfiltered: W^X is not enforced (no MemoryDenyWriteExecute equivalent)"),
+    call("mprotect", "ld.so maps segments read-only after relocation"), call("munmap"),
+    call("arch_prctl", "ld.so sets up thread-local storage (ARCH_SET_FS)"),
+    call("set_tid_address"), call("set_robust_list"), call("rseq", "glibc registers restartable sequences"),
+    call("access", "ld.so probes /etc/ld.so.preload"), call("openat", "any path: landlock, not seccomp, decides which paths open"),
+    call("newfstatat"), call("pread64", "ld.so reads ELF headers"), call("read"), call("close"),
+    call("prlimit64", "the stack limit is read at start; raising a limit still needs CAP_SYS_RESOURCE"),
+    call("getrandom", "glibc malloc and Rust's hash seeds"),
+    call("exit"), call("exit_group"),
+]
+
+# Rust std + tokio multi-thread runtime, measured in stated and networkd.
+RUNTIME = [
+    call("write"), call("writev", "tonic/hyper write frames with writev"),
+    call("mremap", "realloc of large buffers"), call("madvise", "glibc frees thread stacks and arenas"),
+    call("rt_sigaction", "std installs SIGSEGV/SIGBUS handlers; tokio its signal handlers"),
+    call("rt_sigprocmask"), call("rt_sigreturn"), call("sigaltstack", "std's stack-overflow guard"),
+    call("poll", "std checks at startup that fds 0-2 are open"),
+    call("fcntl", "std and tokio: F_GETFD/F_SETFD/F_GETFL/F_SETFL on their own fds"),
+    call("futex"), call("sched_getaffinity", "tokio sizes its thread pool"), call("sched_yield"),
+    call("gettid"), call("getpid"),
+    call("clone3", "threads of the tokio runtime; its flags sit in a struct seccomp cannot read, so namespace "
+         "flags pass too: the kernel still refuses CLONE_NEWUSER etc. without capabilities, and the audit "
+         "scores RestrictNamespaces as not restricted"),
+    call("prctl", "only PR_SET_NAME (tokio names its threads); no other prctl after the sandbox is set",
+         [arg_eq(0, PR_SET_NAME, "PR_SET_NAME")]),
+    call("epoll_create1"), call("epoll_ctl"), call("epoll_wait"), call("epoll_pwait"),
+    call("eventfd2", "mio's waker"),
+    call("socketpair", "tokio's signal driver: a UNIX stream pair", [arg_eq(0, AF_UNIX, "AF_UNIX")]),
+    call("statx"), call("lseek"),
+    call("clock_nanosleep"), call("nanosleep"), call("restart_syscall"),
+    call("clock_gettime", "normally in the vDSO; kept for hosts without it"),
+    call("tgkill", "abort() on a fatal Rust error raises SIGABRT on itself"),
+    call("ioctl", "only FIONBIO (std's set_nonblocking, e.g. on a socket handed over by init); no device "
+         "or interface ioctls", [arg_eq(1, FIONBIO, "FIONBIO")]),
+]
+
+def profile(name, calls):
+    seen, out = set(), []
+    for c in calls:
+        key = json.dumps(c, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(c)
+    return {name: {"mismatch_action": "kill_process", "match_action": "allow", "filter": out}}
+
+STATED = STARTUP + RUNTIME + [
+    call("socket", "the State API socket only: UNIX (and only when it binds its own, without --listen-fd)",
+         [arg_eq(0, AF_UNIX, "AF_UNIX")]),
+    call("bind"), call("listen"), call("accept4", "clients of the State API"),
+    call("getsockopt", "SO_PEERCRED: every peer is identified by the kernel"),
+    call("getpeername"), call("getsockname"),
+    call("recvfrom"), call("sendto"), call("shutdown"),
+    call("chmod", "the socket is made 0666 (access is per request, by peer uid)"),
+    call("mkdir"), call("rename", "atomic replace of durable namespace files"), call("unlink", "the stale socket, temp files"),
+    call("ftruncate", "the run log is cut back to its last valid record on open"),
+    call("fsync", "durable namespaces: the file, then its directory"), call("fdatasync"),
+    call("getdents64", "listing the state directories at open"),
+]
+
+NETWORKD = STARTUP + RUNTIME + [
+    call("socket", "stated's socket", [arg_eq(0, AF_UNIX, "AF_UNIX")]),
+    call("socket", "rtnetlink: links, addresses, routes, and their multicast events", [arg_eq(0, AF_NETLINK, "AF_NETLINK")]),
+    call("socket", "DHCPv4 (UDP 68 bound to a link)", [arg_eq(0, AF_INET, "AF_INET")]),
+    call("socket", "IPv6 address and route families of rtnetlink helpers", [arg_eq(0, AF_INET6, "AF_INET6")]),
+    call("connect", "stated's socket; landlock decides TCP ports (none)"),
+    call("bind", "netlink groups; DHCP port 68"),
+    call("setsockopt", "SO_RCVBUF on netlink sockets; SO_BROADCAST, SO_BINDTODEVICE (needs CAP_NET_RAW), SO_REUSEADDR for DHCP"),
+    call("getsockopt", "SO_ERROR after a non-blocking connect"),
+    call("getsockname", "netlink-sys reads its port id after bind"),
+    call("sendto"), call("recvfrom"), call("sendmsg"), call("recvmsg"),
+    call("shutdown", "closing the connection to stated (measured when stated restarts)"),
+    call("getpeername"),
+    call("sethostname", "the hostname spec controller; the kernel still requires CAP_SYS_ADMIN, which networkd lacks "
+         "(it gets EPERM): allowed so that the refusal is the kernel's, visible as an error, not a SIGSYS"),
+    call("chmod", "rendered etc files get their mode"), call("mkdir"), call("rename", "etc files are replaced atomically"),
+    call("unlink", "a temp file left by a failed rename"),
+]
+
+# A program that only sleeps: coreutils sleep, the requested-service test workload.
+SERVICE = STARTUP + [
+    call("clock_nanosleep"), call("nanosleep"), call("restart_syscall"),
+    call("futex"), call("rt_sigaction"), call("rt_sigprocmask"), call("rt_sigreturn"),
+    call("write", "diagnostics on stderr"),
+]
+
+# init-testd: a stated client (tests only).
+TESTD = STARTUP + RUNTIME + [
+    call("socket", "stated's socket", [arg_eq(0, AF_UNIX, "AF_UNIX")]),
+    call("connect"), call("getsockopt", "SO_ERROR after a non-blocking connect"),
+    call("sendto"), call("recvfrom"), call("shutdown"), call("getpeername"), call("getsockname"),
+]
+
+here = os.path.dirname(os.path.abspath(__file__))
+for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("service", SERVICE), ("testd", TESTD)]:
+    path = os.path.join(here, "x86_64", f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(profile(name, calls), f, indent=1)
+        f.write("\n")
+    print(path, len(calls))

@@ -1,0 +1,49 @@
+//! `talosctl logs <id> [-f] [--tail N]`: the output of a daemon or service, from init's
+//! in-memory ring buffer (stdout and stderr together), optionally followed.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::Args;
+use proto::init::LogsRequest;
+
+use crate::services::{call_error, connect};
+
+/// Arguments of `logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// A daemon name (`networkd`) or requested service ID.
+    pub id: String,
+    /// Keep printing new lines until interrupted.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Lines from the end of the buffer to print first (-1: all that are kept).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub tail: i32,
+}
+
+/// Runs `logs`.
+pub async fn run(path: &Path, args: &LogsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut client = connect(path)?;
+    let mut stream = client
+        .logs(LogsRequest {
+            id: args.id.clone(),
+            tail: args.tail,
+            follow: args.follow,
+        })
+        .await
+        .map_err(|s| call_error(path, &format!("cannot read the logs of {}", args.id), s))?
+        .into_inner();
+    while let Some(line) = stream
+        .message()
+        .await
+        .map_err(|s| call_error(path, "log stream broken", s))?
+    {
+        out.write_all(&line.line)?;
+        out.write_all(b"\n")?;
+        if args.follow {
+            out.flush()?;
+        }
+    }
+    Ok(())
+}

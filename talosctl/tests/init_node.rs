@@ -1,0 +1,312 @@
+//! talosctl against a real node's init: `services`, `service <id> restart`, `logs`, `audit`,
+//! `shutdown`. Each test boots a node (init, stated, networkd) in its own namespaces with
+//! `init::testing`. Needs root; skipped with a message otherwise.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, SystemTime};
+
+use cosi::{Query, ResourceSpec};
+use init::testing::{Node, TestDaemon};
+
+const T: Duration = Duration::from_secs(60);
+
+static NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+macro_rules! require_root {
+    () => {
+        if !init::testing::is_root() {
+            eprintln!("skipped: the init node tests need root (uids, namespaces, sandboxes)");
+            return;
+        }
+    };
+}
+
+fn talosctl(node: &Node, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_talosctl"))
+        .arg("--socket")
+        .arg(&node.state_socket)
+        .arg("--init-socket")
+        .arg(&node.init_socket)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// (type, id) → (created, version) of networkd's resources.
+async fn networkd_resources(node: &Node) -> BTreeMap<(String, String), (Option<SystemTime>, u64)> {
+    let client = node.state();
+    let mut out = BTreeMap::new();
+    for def in machinery::resources::network::definitions() {
+        for ns in ["network", "network-config"] {
+            for r in client
+                .list(ns, &def.resource_type, &Query::default())
+                .await
+                .unwrap_or_default()
+            {
+                out.insert(
+                    (format!("{ns}/{}", r.metadata.r#type), r.metadata.id),
+                    (r.metadata.created, r.metadata.version),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn service_restart_restarts_only_that_daemon_and_recreates_none_of_its_resources() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let node = Node::builder()
+        .daemon(TestDaemon::new("test-a", 1100, "test-a"))
+        .start();
+    let before = node
+        .wait_healthy(&["stated", "networkd", "test-a"], T)
+        .await;
+    // Let networkd converge, then remember what it owns.
+    let mut owned = networkd_resources(&node).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = networkd_resources(&node).await;
+        if now == owned && !now.is_empty() {
+            break;
+        }
+        owned = now;
+    }
+    // Watch every kind networkd writes for the whole restart: nothing may be destroyed.
+    let client = node.state();
+    let mut watches = Vec::new();
+    for def in machinery::resources::network::definitions() {
+        for ns in ["network", "network-config"] {
+            watches.push(client.watch(cosi::WatchSpec {
+                namespace: ns.into(),
+                r#type: def.resource_type.clone(),
+                bootstrap_bookmark: true,
+                ..Default::default()
+            }));
+        }
+    }
+
+    // Each watch starts with a no-op carrying its bookmark: once all are in, they are open.
+    for w in &mut watches {
+        let first = tokio::time::timeout(T, w.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.kind, cosi::EventKind::Noop);
+    }
+
+    let (sock, init_sock) = (node.state_socket.clone(), node.init_socket.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_talosctl"))
+            .arg("--socket")
+            .arg(sock)
+            .arg("--init-socket")
+            .arg(init_sock)
+            .args(["service", "networkd", "restart"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("RESTARTS"), "{}", stdout(&out));
+    let after = node
+        .wait_until("networkd restarted and healthy", T, |l| {
+            l.iter()
+                .any(|s| s.id == "networkd" && s.healthy && s.restarts == 1)
+        })
+        .await;
+    for id in ["stated", "test-a"] {
+        let (a, b) = (
+            before.iter().find(|s| s.id == id).unwrap(),
+            after.iter().find(|s| s.id == id).unwrap(),
+        );
+        assert_eq!((a.pid, b.restarts), (b.pid, 0), "{id} was not touched");
+    }
+    let new = after.iter().find(|s| s.id == "networkd").unwrap();
+    let old = before.iter().find(|s| s.id == "networkd").unwrap();
+    assert_ne!(new.pid, old.pid, "networkd runs anew");
+    // Give the new networkd time to reconcile everything, then compare.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let now = networkd_resources(&node).await;
+    let created = |m: &BTreeMap<(String, String), (Option<SystemTime>, u64)>| {
+        m.iter()
+            .map(|(k, (c, _))| (k.clone(), *c))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        created(&owned),
+        created(&now),
+        "same resources, same creation times"
+    );
+    for w in &mut watches {
+        while let Ok(Some(Ok(e))) = tokio::time::timeout(Duration::from_millis(10), w.next()).await
+        {
+            assert_ne!(
+                e.kind,
+                cosi::EventKind::Destroyed,
+                "{} was destroyed during the restart",
+                e.resource.metadata.id
+            );
+            assert_ne!(
+                e.kind,
+                cosi::EventKind::Created,
+                "{} was created during the restart",
+                e.resource.metadata.id
+            );
+        }
+    }
+
+    let out = talosctl(&node, &["services"]);
+    assert!(out.status.success(), "{out:?}");
+    let table = stdout(&out);
+    for id in ["stated", "networkd", "test-a"] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(id) && l.contains("running")),
+            "{table}"
+        );
+    }
+    let out = talosctl(&node, &["service", "nosuch"]);
+    assert!(!out.status.success());
+}
+
+#[tokio::test]
+async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let node = Node::builder().start();
+    node.wait_healthy(&["stated", "networkd"], T).await;
+    // init publishes DaemonSecurity once each daemon is ready.
+    let client = node.state();
+    let deadline = std::time::Instant::now() + T;
+    while client
+        .list(
+            "runtime",
+            machinery::resources::runtime::DaemonSecuritySpec::TYPE,
+            &Query::default(),
+        )
+        .await
+        .map(|l| l.len())
+        .unwrap_or(0)
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "no DaemonSecurity");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let out = talosctl(&node, &["audit"]);
+    assert!(out.status.success(), "{out:?}");
+    let table = stdout(&out);
+    let networkd = table.lines().find(|l| l.starts_with("networkd")).unwrap();
+    for field in [
+        "1001",
+        "NET_ADMIN",
+        "NET_RAW",
+        "NET_BIND_SERVICE",
+        "filter",
+        "yes",
+    ] {
+        assert!(networkd.contains(field), "{field} in {networkd}");
+    }
+    let stated = table.lines().find(|l| l.starts_with("stated")).unwrap();
+    assert!(
+        stated.contains("none") && stated.contains("1000"),
+        "{stated}"
+    );
+
+    let out = talosctl(&node, &["audit", "-o", "json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let daemons = v.as_array().unwrap();
+    assert_eq!(daemons.len(), 2);
+    let max = daemons
+        .iter()
+        .map(|d| d["exposure"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(daemons.iter().all(
+        |d| d["observed"]["noNewPrivs"] == true && !d["checks"].as_array().unwrap().is_empty()
+    ));
+
+    let out = talosctl(&node, &["audit", "--threshold", &(max - 1).to_string()]);
+    assert_eq!(out.status.code(), Some(1), "above the threshold: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("above the threshold"));
+    let out = talosctl(&node, &["audit", "--threshold", &max.to_string()]);
+    assert_eq!(out.status.code(), Some(0), "at the threshold: {out:?}");
+
+    // The control socket is root's by its mode; even opened to everyone, init checks the
+    // caller's uid from the kernel (SO_PEERCRED) on every request.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&node.init_socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid", "4321", "--regid", "4321", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_talosctl"))
+        .arg("--init-socket")
+        .arg(&node.init_socket)
+        .arg("services")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("uid 4321 may not use init's control socket"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn logs_tail_and_follow_and_shutdown_ends_the_node() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let mut node = Node::builder().start();
+    node.wait_healthy(&["stated", "networkd"], T).await;
+
+    let out = talosctl(&node, &["logs", "stated"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("stated ready"), "{}", stdout(&out));
+    let out = talosctl(&node, &["logs", "networkd", "--tail", "1"]);
+    assert_eq!(stdout(&out).lines().count(), 1, "{out:?}");
+
+    // Follow: a restart of networkd shows up in the followed stream.
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_talosctl"))
+        .arg("--init-socket")
+        .arg(&node.init_socket)
+        .args(["logs", "networkd", "-f", "--tail", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(talosctl(&node, &["service", "networkd", "restart"])
+        .status
+        .success());
+    node.wait_until("networkd restarted", T, |l| {
+        l.iter()
+            .any(|s| s.id == "networkd" && s.healthy && s.restarts == 1)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = follow.kill();
+    let out = follow.wait_with_output().unwrap();
+    assert!(
+        stdout(&out).contains("networkd started"),
+        "followed: {}",
+        stdout(&out)
+    );
+
+    let out = talosctl(&node, &["shutdown"]);
+    assert!(out.status.success(), "{out:?}");
+    let status = node.wait_exit(Duration::from_secs(30)).expect("init ended");
+    assert!(status.success(), "{status:?}\n{}", node.log_text());
+    assert!(node.leftovers().is_empty(), "nothing of the node runs");
+}
