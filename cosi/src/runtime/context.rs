@@ -30,6 +30,10 @@ pub struct Context {
     outputs: Arc<[Output]>,
     /// Outputs asserted in this cycle.
     asserted: HashSet<Pointer>,
+    /// This cycle's view of each output kind it wrote: listed once on the kind's first apply,
+    /// then kept current with every write, so an apply costs no read and an unchanged output
+    /// costs no call at all. A conflict falls back to a live read.
+    seen: std::collections::HashMap<Kind, std::collections::HashMap<String, RawResource>>,
     /// Every (namespace, type) of an output written since the controller started.
     written: BTreeSet<Kind>,
     /// Kinds with an output left tearing down (finalizers) or an apply deferred until an old
@@ -85,6 +89,7 @@ impl Context {
             inputs: inputs.into(),
             outputs: outputs.into(),
             asserted: HashSet::new(),
+            seen: std::collections::HashMap::new(),
             written: BTreeSet::new(),
             pending: BTreeSet::new(),
             waker: Waker::default(),
@@ -234,91 +239,35 @@ impl Context {
         self.check_write(&ptr.r#type)?;
         self.written
             .insert((ptr.namespace.clone(), ptr.r#type.clone()));
-        for _ in 0..MAX_WRITE_ATTEMPTS {
-            let current = match self.client.get(&ptr.namespace, &ptr.r#type, &ptr.id).await {
-                Ok(r) => Some(r),
-                Err(e) if e.is_not_found() => None,
-                Err(e) => return Err(e.into()),
-            };
-            let Some(current) = current else {
-                let mut new = desired.clone();
-                new.metadata.owner = self.name.to_string();
-                new.metadata.version = 0;
-                new.metadata.phase = Phase::Running;
-                match self.client.create(&new, self.name).await {
-                    Ok(stored) => {
-                        tracing::debug!(resource = %ptr, "output created");
-                        self.asserted.insert(ptr);
-                        return Ok(stored);
-                    }
-                    Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            };
-            let md = &current.metadata;
-            if md.owner != self.name {
-                return Err(StateError::new(
-                    ErrorKind::OwnerConflict,
-                    format!(
-                        "{}: {ptr} is owned by {:?}, not {:?}",
-                        crate::error::OWNER_CONFLICT_PREFIX,
-                        md.owner,
-                        self.name
-                    ),
-                )
-                .into());
-            }
-            if md.phase == Phase::TearingDown {
-                if !md.finalizers.is_empty() {
-                    // The old resource waits for its finalizers; replace it once they are gone.
-                    tracing::debug!(resource = %ptr, "output still tearing down, apply deferred");
-                    self.pending
-                        .insert((ptr.namespace.clone(), ptr.r#type.clone()));
-                    return Ok(current);
-                }
-                match self
-                    .client
-                    .destroy(&ptr.namespace, &ptr.r#type, &ptr.id, self.name)
-                    .await
-                {
-                    Ok(()) => {}
-                    Err(e) if e.is_not_found() || e.kind() == ErrorKind::Conflict => {}
-                    Err(e) => return Err(e.into()),
-                }
-                continue;
-            }
-            if same_spec(&current.spec)
-                && md.labels == desired.metadata.labels
-                && md.annotations == desired.metadata.annotations
-            {
-                self.asserted.insert(ptr);
-                return Ok(current);
-            }
-            let mut new = desired.clone();
-            new.metadata.owner = self.name.to_string();
-            new.metadata.version = md.version;
-            new.metadata.phase = Phase::Running;
-            new.metadata.finalizers = md.finalizers.clone();
-            new.metadata.created = md.created;
-            match self
+        let kind: Kind = (ptr.namespace.clone(), ptr.r#type.clone());
+        if !self.seen.contains_key(&kind) {
+            let listed = self
                 .client
-                .update(&new, self.name, Some(Phase::Running))
-                .await
-            {
-                Ok(stored) => {
-                    tracing::debug!(resource = %ptr, version = stored.metadata.version, "output updated");
-                    self.asserted.insert(ptr);
-                    return Ok(stored);
+                .list(&ptr.namespace, &ptr.r#type, &Query::default())
+                .await?;
+            self.seen.insert(
+                kind.clone(),
+                listed
+                    .into_iter()
+                    .map(|r| (r.metadata.id.clone(), r))
+                    .collect(),
+            );
+        }
+        for attempt in 0..MAX_WRITE_ATTEMPTS {
+            let current = if attempt == 0 {
+                self.seen.get(&kind).and_then(|m| m.get(&ptr.id)).cloned()
+            } else {
+                match self.client.get(&ptr.namespace, &ptr.r#type, &ptr.id).await {
+                    Ok(r) => Some(r),
+                    Err(e) if e.is_not_found() => None,
+                    Err(e) => return Err(e.into()),
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::Conflict | ErrorKind::NotFound | ErrorKind::PhaseConflict
-                    ) =>
-                {
-                    continue
+            };
+            if let Some(stored) = self.apply_once(&ptr, &desired, current, &same_spec).await? {
+                if let Some(m) = self.seen.get_mut(&kind) {
+                    m.insert(ptr.id.clone(), stored.clone());
                 }
-                Err(e) => return Err(e.into()),
+                return Ok(stored);
             }
         }
         Err(StateError::new(
@@ -326,6 +275,98 @@ impl Context {
             format!("{ptr}: still conflicting after {MAX_WRITE_ATTEMPTS} attempts"),
         )
         .into())
+    }
+
+    /// One attempt of an apply against `current` (what the output is believed to be): the
+    /// stored result, or `None` when the belief was stale and the caller must re-read and retry.
+    async fn apply_once(
+        &mut self,
+        ptr: &Pointer,
+        desired: &RawResource,
+        current: Option<RawResource>,
+        same_spec: &impl Fn(&[u8]) -> bool,
+    ) -> Result<Option<RawResource>, ReconcileError> {
+        let ptr = ptr.clone();
+        let Some(current) = current else {
+            let mut new = desired.clone();
+            new.metadata.owner = self.name.to_string();
+            new.metadata.version = 0;
+            new.metadata.phase = Phase::Running;
+            match self.client.create(&new, self.name).await {
+                Ok(stored) => {
+                    tracing::debug!(resource = %ptr, "output created");
+                    self.asserted.insert(ptr);
+                    return Ok(Some(stored));
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let md = &current.metadata;
+        if md.owner != self.name {
+            return Err(StateError::new(
+                ErrorKind::OwnerConflict,
+                format!(
+                    "{}: {ptr} is owned by {:?}, not {:?}",
+                    crate::error::OWNER_CONFLICT_PREFIX,
+                    md.owner,
+                    self.name
+                ),
+            )
+            .into());
+        }
+        if md.phase == Phase::TearingDown {
+            if !md.finalizers.is_empty() {
+                // The old resource waits for its finalizers; replace it once they are gone.
+                tracing::debug!(resource = %ptr, "output still tearing down, apply deferred");
+                self.pending
+                    .insert((ptr.namespace.clone(), ptr.r#type.clone()));
+                return Ok(Some(current));
+            }
+            match self
+                .client
+                .destroy(&ptr.namespace, &ptr.r#type, &ptr.id, self.name)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() || e.kind() == ErrorKind::Conflict => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(None);
+        }
+        if same_spec(&current.spec)
+            && md.labels == desired.metadata.labels
+            && md.annotations == desired.metadata.annotations
+        {
+            self.asserted.insert(ptr);
+            return Ok(Some(current));
+        }
+        let mut new = desired.clone();
+        new.metadata.owner = self.name.to_string();
+        new.metadata.version = md.version;
+        new.metadata.phase = Phase::Running;
+        new.metadata.finalizers = md.finalizers.clone();
+        new.metadata.created = md.created;
+        match self
+            .client
+            .update(&new, self.name, Some(Phase::Running))
+            .await
+        {
+            Ok(stored) => {
+                tracing::debug!(resource = %ptr, version = stored.metadata.version, "output updated");
+                self.asserted.insert(ptr);
+                Ok(Some(stored))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Conflict | ErrorKind::NotFound | ErrorKind::PhaseConflict
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Starts tearing down an output of `S`; returns whether it has no finalizers left (or is
@@ -497,6 +538,7 @@ impl Context {
     /// Starts a cycle: nothing is asserted yet.
     pub(crate) fn begin_cycle(&mut self) {
         self.asserted.clear();
+        self.seen.clear();
         self.pending.clear();
     }
 
