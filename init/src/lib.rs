@@ -14,11 +14,13 @@
 //!   [`logs`]: output ring buffers;
 //! - [`services`]: requested services and envelopes; [`security`]: the observed sandbox;
 //! - [`publish`]: resources in stated; [`control`]: the control socket; [`pid1`]: mounts,
-//!   mode, power; [`testing`]: a real node in namespaces for tests.
+//!   mode, power; [`hostname`]: the node's hostname from networkd's `HostnameSpec`;
+//!   [`testing`]: a real node in namespaces for tests.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod control;
+pub mod hostname;
 pub mod logs;
 pub mod manifest;
 pub mod pid1;
@@ -63,6 +65,9 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// The kernel command line (published; `talos.config=` is read from it).
     pub cmdline: String,
+    /// Development mode: init owns its UTS namespace (it runs under `unshare --uts`) and sets
+    /// the node's hostname, as it always does in the other modes ([`hostname::may_set`]).
+    pub own_uts: bool,
 }
 
 /// Errors that stop init before it supervises anything.
@@ -281,6 +286,15 @@ async fn boot(
         .run(),
     );
     services::watch_all(&client, &supervisor, &manifest.daemons, &profiles_dir);
+    let network = machinery::resources::network::NAMESPACE;
+    if manifest.namespaces.iter().any(|n| n.name == network) {
+        match hostname::may_set(config.mode, config.own_uts) {
+            Ok(()) => {
+                tokio::spawn(hostname::run(client.clone()));
+            }
+            Err(why) => tracing::info!("not setting the node's hostname: {why}"),
+        }
+    }
     for (d, launch) in rest {
         let deps = manifest.dependencies(d);
         supervisor

@@ -29,6 +29,10 @@ struct Args {
     /// The kernel command line outside a VM (a VM's comes from /proc/cmdline).
     #[arg(long, default_value = "")]
     cmdline: String,
+    /// Development mode: init runs in a UTS namespace of its own (`unshare --uts`) and sets the
+    /// node's hostname there, as it always does as PID 1 (vm, container).
+    #[arg(long)]
+    own_uts: bool,
 }
 
 fn main() -> ExitCode {
@@ -79,6 +83,7 @@ fn main() -> ExitCode {
         manifest,
         config_file: args.config.clone(),
         cmdline,
+        own_uts: args.own_uts,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,7 +1,7 @@
 //! A real node for tests: init, stated, networkd and test daemons from the build's target
 //! directory, copied into a temporary node tree and run as in container mode (init is PID 1 of
-//! new PID, mount and network namespaces), or in development mode (not PID 1, own network
-//! namespace). Needs root.
+//! new PID, mount, network and UTS namespaces), or in development mode (not PID 1, own network
+//! namespace; own UTS namespace with [`NodeBuilder::own_uts`]). Needs root.
 //!
 //! Cleanup does not depend on the test ending well: init runs under `setpriv --pdeathsig
 //! SIGKILL unshare --kill-child`, so if the test thread dies, unshare dies, init dies, and with
@@ -51,7 +51,7 @@ pub fn control_client(path: &Path) -> InitClient<Channel> {
 /// How init runs in a test node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeMode {
-    /// PID 1 of new PID, mount and network namespaces (`--mode container`).
+    /// PID 1 of new PID, mount, network and UTS namespaces (`--mode container`).
     Container,
     /// Not PID 1, in its own network namespace (`--mode dev`).
     Dev,
@@ -148,6 +148,7 @@ pub struct NodeBuilder {
     config: Option<String>,
     networkd: bool,
     edits: Vec<(String, String)>,
+    own_uts: bool,
 }
 
 /// The binaries a node needs, in the target directory.
@@ -179,6 +180,14 @@ impl NodeBuilder {
     #[must_use]
     pub fn edit(mut self, from: &str, to: &str) -> Self {
         self.edits.push((from.to_string(), to.to_string()));
+        self
+    }
+
+    /// Development mode: runs init in a UTS namespace of its own, with `--own-uts` (container
+    /// mode always has its own UTS namespace).
+    #[must_use]
+    pub fn own_uts(mut self) -> Self {
+        self.own_uts = true;
         self
     }
 
@@ -249,6 +258,10 @@ impl NodeBuilder {
         let log_file = std::fs::File::create(&log).expect("log file");
         let mut cmd = Command::new("setpriv");
         cmd.args(["--pdeathsig", "SIGKILL", "--", "unshare", "--net"]);
+        // init sets the hostname in container mode (and with --own-uts): never the host's.
+        if self.mode == NodeMode::Container || self.own_uts {
+            cmd.arg("--uts");
+        }
         if self.mode == NodeMode::Container {
             cmd.args(["--pid", "--fork", "--kill-child=SIGKILL", "--mount-proc"]);
         }
@@ -263,6 +276,9 @@ impl NodeBuilder {
         cmd.arg("--root").arg(&root);
         cmd.arg("--bin-dir").arg(&bin);
         cmd.arg("--manifest").arg(&manifest);
+        if self.own_uts && self.mode == NodeMode::Dev {
+            cmd.arg("--own-uts");
+        }
         if let Some(config) = &self.config {
             let path = base.join("config.yaml");
             std::fs::write(&path, config).expect("config");
@@ -317,6 +333,7 @@ impl Node {
             config: None,
             networkd: true,
             edits: vec![],
+            own_uts: false,
         }
     }
 
@@ -450,6 +467,20 @@ impl Node {
             .output();
         out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default()
+    }
+
+    /// The hostname of init's UTS namespace (`nsenter --uts=/proc/<init>/ns/uts hostname`).
+    pub fn hostname(&self) -> Option<String> {
+        let init = self.init_host_pid()?;
+        let out = Command::new("nsenter")
+            .arg(format!("--uts=/proc/{init}/ns/uts"))
+            .arg("--")
+            .arg("hostname")
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
     /// Sends SIGTERM to init and waits for it to end (up to `timeout`); returns its status.

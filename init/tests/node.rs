@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use cosi::{Query, ResourceSpec};
 use init::testing::{Node, NodeMode, TestDaemon};
+use machinery::resources::network::HostnameStatusSpec;
 use machinery::resources::runtime::{DaemonSecuritySpec, ServiceSpecSpec, ServiceStatusSpec};
 use sandbox::{CapSet, SeccompMode};
 
@@ -35,6 +36,26 @@ fn config_with_address() -> String {
         "    network: {}",
         "    network:\n        interfaces:\n            - interface: lo\n              addresses: [10.99.0.2/32]\n",
     )
+}
+
+/// The worker config with `machine.network.hostname`.
+fn config_with_hostname(hostname: &str) -> String {
+    WORKER.replace(
+        "    network: {}",
+        &format!("    network:\n        hostname: {hostname}\n"),
+    )
+}
+
+/// The hostname of the UTS namespace the tests run in (the host's).
+fn host_hostname() -> String {
+    nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn uts_ns(pid: &str) -> std::path::PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/ns/uts")).unwrap()
 }
 
 fn testd(name: &str, uid: u32, ns: &str) -> TestDaemon {
@@ -458,6 +479,148 @@ async fn a_requested_service_runs_sandboxed_within_the_envelope_and_one_asking_m
 }
 
 #[tokio::test]
+async fn networkd_is_ready_only_once_its_resource_definitions_are_in_stated() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let node = Node::builder().start();
+    // Polled every 20 ms: the first listing that says healthy is right after the notification.
+    node.wait_healthy(&["stated", "networkd"], T).await;
+    let defined: Vec<String> = node
+        .state()
+        .list_typed::<cosi::ResourceDefinition>("meta")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.spec.resource_type)
+        .collect();
+    for d in networkd::run::definitions() {
+        assert!(
+            defined.contains(&d.resource_type),
+            "{} is not defined although networkd is ready: {defined:?}",
+            d.resource_type
+        );
+    }
+    let log = node.log_text();
+    assert!(log.contains("ready unit=networkd"), "{log}");
+}
+
+#[tokio::test]
+async fn init_sets_the_hostname_networkd_merges_in_the_nodes_uts_namespace_only() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let host_before = host_hostname();
+    assert_ne!(host_before, "test-node-1");
+    let node = Node::builder()
+        .config(&config_with_hostname("test-node-1"))
+        .start();
+    let list = node.wait_healthy(&["stated", "networkd"], T).await;
+    let init = node.init_host_pid().unwrap();
+    let networkd = list.iter().find(|s| s.id == "networkd").unwrap();
+    let networkd = node.host_pid(networkd.pid).unwrap();
+    // networkd shares the node's UTS namespace, which is not the host's, and holds no
+    // CAP_SYS_ADMIN in any set of any thread: it cannot set the hostname.
+    assert_eq!(uts_ns(&networkd.to_string()), uts_ns(&init.to_string()));
+    assert_ne!(uts_ns(&init.to_string()), uts_ns("self"));
+    let sys_admin = CapSet::parse_name("CAP_SYS_ADMIN").unwrap();
+    for t in &sandbox::observe(networkd).unwrap().threads {
+        for set in [
+            t.cap_effective,
+            t.cap_permitted,
+            t.cap_inheritable,
+            t.cap_ambient,
+            t.cap_bounding,
+        ] {
+            assert!(!set.contains_index(sys_admin), "networkd thread {}", t.tid);
+        }
+    }
+
+    // init applies the merged HostnameSpec; networkd reports what the kernel then says.
+    let client = node.state();
+    for name in ["test-node-1", "test-node-2"] {
+        if name == "test-node-2" {
+            // A changed configuration is applied too.
+            let mut raw = client
+                .get(
+                    "config",
+                    machinery::resources::config::MachineConfigSpec::TYPE,
+                    "v1alpha1",
+                )
+                .await
+                .unwrap();
+            let text = config_with_hostname(name);
+            raw.spec = cosi::Resource::new(
+                "config",
+                "v1alpha1",
+                machinery::resources::config::MachineConfigSpec(text),
+            )
+            .to_raw()
+            .unwrap()
+            .spec;
+            let owner = raw.metadata.owner.clone();
+            client.update(&raw, &owner, None).await.unwrap();
+        }
+        let deadline = std::time::Instant::now() + T;
+        loop {
+            let hostname = node.hostname();
+            let status = client
+                .get_typed::<HostnameStatusSpec>("network", "hostname")
+                .await
+                .ok()
+                .map(|r| r.spec);
+            if hostname.as_deref() == Some(name)
+                && status
+                    .as_ref()
+                    .is_some_and(|s| s.hostname == name && s.domainname.is_empty())
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node hostname {hostname:?}, HostnameStatus {status:?}, wanted {name}\n{}",
+                init::testing::tail(&node.log_text(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            host_hostname(),
+            host_before,
+            "the host's hostname is untouched"
+        );
+    }
+    let log = node.log_text();
+    assert!(log.contains("hostname set"), "{log}");
+    assert!(!log.contains("cannot set the hostname"), "{log}");
+}
+
+#[tokio::test]
+async fn dev_mode_sets_the_hostname_only_in_its_own_uts_namespace() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let host_before = host_hostname();
+    let node = Node::builder()
+        .mode(NodeMode::Dev)
+        .own_uts()
+        .config(&config_with_hostname("test-node-dev"))
+        .start();
+    node.wait_healthy(&["stated", "networkd"], T).await;
+    let deadline = std::time::Instant::now() + T;
+    while node.hostname().as_deref() != Some("test-node-dev") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hostname {:?}\n{}",
+            node.hostname(),
+            init::testing::tail(&node.log_text(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        host_hostname(),
+        host_before,
+        "the host's hostname is untouched"
+    );
+}
+
+#[tokio::test]
 async fn dev_mode_seeds_the_config_and_shuts_down_in_reverse_order() {
     require_root!();
     let _one = NODES.lock().await;
@@ -475,6 +638,10 @@ async fn dev_mode_seeds_the_config_and_shuts_down_in_reverse_order() {
         .unwrap();
     assert!(mc.spec.0.contains("type: worker"));
     let status = node.terminate(Duration::from_secs(30)).unwrap();
+    // Without --own-uts, init (in the host's UTS namespace here) leaves the hostname alone.
+    assert!(node
+        .log_text()
+        .contains("not setting the node's hostname: development mode without --own-uts"));
     assert_eq!(status.code(), Some(0), "{}", node.log_text());
     let log = node.log_text();
     let stop = |d: &str| {

@@ -1,5 +1,7 @@
 //! networkd: the network daemon of a talos-rs node (the logic is in the library).
 
+use std::io::Write as _;
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -20,6 +22,11 @@ struct Args {
     /// wins when set.
     #[arg(long, default_value = "info")]
     log_level: String,
+    /// Readiness: write `READY=1\n` to this fd and close it once the resource definitions are
+    /// written to stated (its first answer), before the controllers start (init passes the
+    /// write end of a pipe, as s6's notification-fd).
+    #[arg(long, value_name = "FD")]
+    notify_fd: Option<RawFd>,
 }
 
 fn main() -> ExitCode {
@@ -37,6 +44,13 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    let notify = match take_fd(args.notify_fd) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("networkd: {e}");
+            return ExitCode::from(78);
+        }
+    };
     let config = networkd::run::Config {
         socket: args.socket,
         etc_root: args.root,
@@ -52,13 +66,39 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(networkd::run::run(config, shutdown())) {
+    let ready = move || {
+        if let Some(fd) = notify {
+            // A reader that went away is init's business; networkd runs regardless.
+            let _ = std::fs::File::from(fd).write_all(b"READY=1\n");
+        }
+    };
+    match rt.block_on(networkd::run::run(config, ready, shutdown())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("networkd: {}", cosi::error::Chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Takes ownership of an fd number given on the command line, after checking it is open and
+/// not stdio.
+fn take_fd(fd: Option<RawFd>) -> Result<Option<OwnedFd>, String> {
+    let Some(fd) = fd else { return Ok(None) };
+    if fd < 3 {
+        return Err(format!("fd {fd} is stdio, not a passed fd"));
+    }
+    // SAFETY: borrowed only for the F_GETFD query below; a closed fd fails it with EBADF.
+    #[allow(unsafe_code)]
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    if nix::fcntl::fcntl(borrowed, nix::fcntl::FcntlArg::F_GETFD).is_err() {
+        return Err(format!("fd {fd} is not open"));
+    }
+    // SAFETY: the fd is open (checked above), was passed by the parent for this process alone,
+    // and is owned from here on: nothing else in networkd uses that number.
+    #[allow(unsafe_code)]
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(Some(owned))
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -1,5 +1,6 @@
-//! The daemon: connect to stated, define the network resource types, run every controller until
-//! shutdown, publishing the dependency graph (`talosctl inspect dependencies`).
+//! The daemon: connect to stated, define the network resource types (the first round-trip with
+//! stated, after which networkd says it is ready), run every controller until shutdown,
+//! publishing the dependency graph (`talosctl inspect dependencies`).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -45,12 +46,14 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     defs
 }
 
-/// Runs networkd until `shutdown` completes.
+/// Runs networkd until `shutdown` completes. `ready` is called once, when the resource
+/// definitions are written (stated answered), before the controllers start.
 ///
 /// # Errors
 ///
-/// [`Error`]; an unreachable stated is not an error: controllers retry until it answers.
-pub async fn run(config: Config, shutdown: impl Future) -> Result<(), Error> {
+/// [`Error`]; an unreachable stated is not an error: networkd waits for it (not ready meanwhile)
+/// and controllers retry until it answers.
+pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) -> Result<(), Error> {
     let client = cosi::Client::new(&config.socket).map_err(|source| Error::Client {
         socket: config.socket.clone(),
         source,
@@ -59,14 +62,22 @@ pub async fn run(config: Config, shutdown: impl Future) -> Result<(), Error> {
         etc_root: config.etc_root.clone(),
     };
     let registry = controllers::registry_with(&options).map_err(Error::Register)?;
-    let definer = tokio::spawn(define_types(client.clone()));
     tracing::info!(socket = %config.socket.display(), "networkd started");
+    let mut shutdown = std::pin::pin!(shutdown);
+    tokio::select! {
+        () = define_types(client.clone()) => {}
+        _ = &mut shutdown => {
+            tracing::info!("networkd stopped before stated answered");
+            return Ok(());
+        }
+    }
+    ready();
+    tracing::info!("resource types defined: networkd is ready");
     let result = cosi::Runtime::with_registry(client, registry)
         .publish_graph(machinery::resources::network::NAMESPACE, "networkd")
         .run(shutdown)
         .await
         .map_err(Error::Runtime);
-    definer.abort();
     tracing::info!("networkd stopped");
     result
 }
@@ -101,4 +112,27 @@ async fn define_types(client: cosi::Client) {
         }
     }
     tracing::debug!("resource definitions written");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn not_ready_and_no_controller_runs_while_stated_does_not_answer() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let config = Config {
+            socket: dir.path().join("no-stated.sock"),
+            etc_root: dir.path().to_path_buf(),
+        };
+        let ready = std::sync::atomic::AtomicBool::new(false);
+        let result = run(
+            config,
+            || ready.store(true, std::sync::atomic::Ordering::SeqCst),
+            tokio::time::sleep(Duration::from_millis(500)),
+        )
+        .await;
+        assert!(result.is_ok(), "{result:?}");
+        assert!(!ready.load(std::sync::atomic::Ordering::SeqCst));
+    }
 }

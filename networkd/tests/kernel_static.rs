@@ -1,13 +1,13 @@
 //! networkd against the real kernel, in a network namespace of the test's own: a static
-//! configuration is applied to an existing link (MTU, up, addresses, routes; the hostname),
-//! statuses report the kernel,
+//! configuration is applied to an existing link (MTU, up, addresses, routes; the hostname is
+//! merged, set by hand as init would, and reported), statuses report the kernel,
 //! an address deleted behind networkd's back comes back, a link set down comes back up, a
 //! configuration change removes exactly what is no longer wanted and nothing else, and a
 //! restart of networkd changes nothing in the kernel.
 
 mod kernel_support;
 
-use kernel_support::{can_run, wait_for, Monitor, Node, CONVERGE};
+use kernel_support::{can_run, run, wait_for, Monitor, Node, CONVERGE};
 
 const STATIC: &str = r#"
 version: v1alpha1
@@ -130,13 +130,45 @@ async fn static_config_converges_and_survives_restarts() {
         .await
     })
     .await;
+    // The hostname: networkd merges the spec but does not set it (init does, on a node), and
+    // reports the kernel's names once they are the spec's. Here init's part is played by hand,
+    // in networkd's own UTS namespace.
+    node.eventually("HostnameSpec node-static", CONVERGE, || async {
+        node.get("network", "HostnameSpecs.net.talos.dev", "hostname")
+            .await
+            .filter(|h| h["hostname"] == "node-static")
+    })
+    .await;
+    let pid = node.networkd.as_ref().map(|p| p.pid()).expect("networkd");
+    let uts = format!("/proc/{pid}/ns/uts");
+    let ours = std::fs::read_link("/proc/self/ns/uts").expect("our UTS namespace");
+    assert_ne!(
+        std::fs::read_link(&uts).expect("networkd's UTS namespace"),
+        ours,
+        "networkd must run in a UTS namespace of its own"
+    );
+    let kernel = run("nsenter", &[&format!("--uts={uts}"), "hostname"]);
+    if kernel.trim() != "node-static" {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(
+            node.get("network", "HostnameStatuses.net.talos.dev", "hostname")
+                .await
+                .is_none(),
+            "no HostnameStatus while the kernel has another name"
+        );
+    }
+    run(
+        "nsenter",
+        &[&format!("--uts={uts}"), "hostname", "node-static"],
+    );
     let hostname = node
-        .eventually("HostnameStatus", CONVERGE, || async {
+        .eventually("HostnameStatus from the kernel", CONVERGE, || async {
             node.get("network", "HostnameStatuses.net.talos.dev", "hostname")
                 .await
         })
         .await;
     assert_eq!(hostname["hostname"], "node-static");
+    assert_eq!(hostname["domainname"], "");
 
     // An address deleted behind networkd's back comes back.
     node.netns

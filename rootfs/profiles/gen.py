@@ -103,8 +103,6 @@ NETWORKD = STARTUP + RUNTIME + [
     call("sendto"), call("recvfrom"), call("sendmsg"), call("recvmsg"),
     call("shutdown", "closing the connection to stated (measured when stated restarts)"),
     call("getpeername"),
-    call("sethostname", "the hostname spec controller; the kernel still requires CAP_SYS_ADMIN, which networkd lacks "
-         "(it gets EPERM): allowed so that the refusal is the kernel's, visible as an error, not a SIGSYS"),
     call("chmod", "rendered etc files get their mode"), call("mkdir"), call("rename", "etc files are replaced atomically"),
     call("unlink", "a temp file left by a failed rename"),
 ]

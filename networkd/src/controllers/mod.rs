@@ -105,8 +105,9 @@ pub mod operator_spec;
 pub mod route_spec;
 pub mod route_status;
 
-/// The controllers that touch the kernel: Spec (merged specs → kernel, with finalizers), Status
-/// (kernel → statuses, woken by netlink multicast events) and the DHCPv4 operators.
+/// The controllers that touch the kernel: Spec (merged specs → kernel, with finalizers; the
+/// hostname is only observed, init sets it), Status (kernel → statuses, woken by netlink
+/// multicast events) and the DHCPv4 operators.
 ///
 /// # Errors
 ///
@@ -117,7 +118,7 @@ pub fn register_kernel_side(
     r.register(link_spec::LinkSpecController::default())?;
     r.register(address_spec::AddressSpecController::default())?;
     r.register(route_spec::RouteSpecController::default())?;
-    r.register(hostname_spec::HostnameSpecController)?;
+    r.register(hostname_spec::HostnameSpecController::default())?;
     r.register(link_status::LinkStatusController::default())?;
     r.register(address_status::AddressStatusController::default())?;
     r.register(route_status::RouteStatusController::default())?;

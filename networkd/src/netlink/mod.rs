@@ -1,5 +1,5 @@
 //! The only code of networkd that speaks rtnetlink (style §5.2): links, addresses, routes, the
-//! multicast watcher, and the hostname syscalls.
+//! multicast watcher, and the reading of the kernel's hostname.
 //!
 //! Requests go over one [`Netlink`] connection (rtnetlink, request/response); kernel events are
 //! received on a separate, dedicated socket ([`watch::Watcher`]) that only joins multicast groups,
@@ -70,10 +70,10 @@ pub enum Error {
         #[source]
         source: rtnetlink::Error,
     },
-    /// A hostname syscall or `/proc/sys/kernel` file failed.
+    /// A `/proc/sys/kernel` file could not be read.
     #[error("cannot {op} the {what}")]
     Hostname {
-        /// `get` or `set`.
+        /// `get` (networkd only reads them: init sets the hostname).
         op: &'static str,
         /// `hostname` or `domainname`.
         what: &'static str,
@@ -197,34 +197,6 @@ pub fn hostname() -> Result<(String, String), Error> {
         domain
     };
     Ok((host, domain))
-}
-
-/// Sets the kernel's hostname (`sethostname(2)`) and domain name (`/proc/sys/kernel/domainname`,
-/// the same as `setdomainname(2)`), each only if it differs.
-///
-/// # Errors
-///
-/// [`Error::Hostname`] if a syscall or write fails (e.g. without `CAP_SYS_ADMIN` in the UTS
-/// namespace).
-pub fn set_hostname(host: &str, domain: &str) -> Result<(), Error> {
-    let (current_host, current_domain) = hostname()?;
-    if current_host != host {
-        nix::unistd::sethostname(host).map_err(|e| Error::Hostname {
-            op: "set",
-            what: "hostname",
-            source: e.into(),
-        })?;
-    }
-    if current_domain != domain {
-        std::fs::write("/proc/sys/kernel/domainname", domain).map_err(|source| {
-            Error::Hostname {
-                op: "set",
-                what: "domainname",
-                source,
-            }
-        })?;
-    }
-    Ok(())
 }
 
 /// A controller's access to the kernel: the request connection and the event watcher, both
