@@ -7,7 +7,11 @@ packages=(
   iproute2      # ip netns / ip link: tests make their own network namespaces
   procps        # ps, pkill in test cleanup
   dnsmasq-base  # DHCP server of networkd's kernel tests (binary only, no system service)
-  util-linux    # unshare: networkd's kernel tests give it a UTS namespace of its own
+  util-linux    # unshare: networkd's kernel tests give it a UTS namespace of its own; nsenter:
+                #   `talosctl cluster create` starts dnsmasq in the cluster's namespace
+  iputils-ping  # ping: the cluster tests check that nodes reach each other over the bridge
+  libc6-dev     # libc.a: rootfs/build.sh links the image's programs statically (glibc)
+  git           # rootfs/build.sh: SOURCE_DATE_EPOCH defaults to the last commit's time
 )
 
 missing=()

@@ -1,13 +1,52 @@
 #!/usr/bin/env bash
-# Builds talos-rs and runs a local stated (the resource broker) on a socket you can talk to with
-# talosctl. Until the node image lands (issue: node image and local clusters), this is the local
-# development setup: a standalone broker, root-only, state under ./_local.
+# Builds talos-rs and starts a local cluster you can talk to with talosctl: one control plane
+# and one worker (override with e.g. `scripts/run-local.sh --workers 2`), nodes in namespaces
+# on this host, on a private bridge with its own DHCP server. Needs root.
+#
+#   scripts/run-local.sh [talosctl cluster create options...]
+#
+# Steps: install what is missing (scripts/install-deps.sh), build talosctl, build the node image
+# (rootfs/build.sh: static binaries, tree and initramfs in target/rootfs), then
+# `talosctl cluster create`. A cluster of the same name that exists already is shown, not
+# recreated (destroy it first: target/release/talosctl cluster destroy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "run-local: run as root (namespaces, mounts, network links)" >&2
+	exit 1
+fi
 scripts/install-deps.sh
-cargo build --release -p stated -p talosctl
-dir="$PWD/_local"
-mkdir -p "$dir"
-echo "stated listening on $dir/state.sock"
-echo "try:  export TALOS_SOCKET=$dir/state.sock; target/release/talosctl get rd"
-exec target/release/stated --socket "$dir/state.sock" --state-dir "$dir/state"
+cargo build --release --locked -p talosctl
+rootfs/build.sh
+
+talosctl=target/release/talosctl
+name=talos-default
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+	case "${args[$i]}" in
+	--name) name="${args[$((i + 1))]:-$name}" ;;
+	--name=*) name="${args[$i]#--name=}" ;;
+	esac
+done
+
+if "$talosctl" cluster show --name "$name" >/dev/null 2>&1; then
+	echo "run-local: cluster $name exists:" >&2
+	"$talosctl" cluster show --name "$name"
+else
+	"$talosctl" cluster create --image target/rootfs/tree "$@"
+fi
+
+cat <<TRY
+
+Try (as root; talosctl finds the nodes through the context "$name" in ~/.talos/config):
+  export PATH=\$PWD/target/release:\$PATH
+  talosctl cluster show --name $name
+  talosctl get addresses                       # the first control plane
+  talosctl -n $name-worker-1 get links
+  talosctl -n $name-worker-1 services
+  talosctl -n $name-worker-1 logs networkd
+  talosctl -n $name-worker-1 audit
+  talosctl -n $name-worker-1 patch machineconfig -p '{"machine": {"network": {"nameservers": ["10.5.0.1"]}}}' --dry-run
+  talosctl cluster destroy --name $name
+TRY

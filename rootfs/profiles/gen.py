@@ -37,6 +37,7 @@ STARTUP = [
     call("newfstatat"), call("pread64", "ld.so reads ELF headers"), call("read"), call("close"),
     call("prlimit64", "the stack limit is read at start; raising a limit still needs CAP_SYS_RESOURCE"),
     call("getrandom", "glibc malloc and Rust's hash seeds"),
+    call("readlink", "a static-pie glibc program reads /proc/self/exe at start (the image's binaries)"),
     call("exit"), call("exit_group"),
 ]
 

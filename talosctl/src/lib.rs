@@ -1,14 +1,18 @@
 //! `talosctl`, the talos-rs command-line client.
 //!
-//! For now it reaches the local `stated` over its Unix socket (`--socket`); remote nodes come with
-//! apid. Commands:
+//! Until apid exists it reaches nodes through their Unix sockets: the local node's (`--socket`,
+//! `--init-socket`), or, with `-n`, the nodes of a local cluster named in the talosconfig
+//! ([`target`]). Commands:
 //! - [`get`]: read, list or watch resources of any type, rendered as a table, YAML or JSON;
 //! - [`validate`]: check a machine configuration file offline;
 //! - [`machineconfig`]: patch a machine configuration file locally;
+//! - [`apply`]: `apply-config` and `patch machineconfig` on a node (validated, diffed, CAS);
 //! - [`inspect`]: the controller dependency graph of the node;
 //! - [`services`], [`logs`], [`power`]: daemons and services, their output, shutdown and reboot,
-//!   through init's control socket (`--init-socket`);
-//! - [`audit`]: the observed sandbox of every daemon and its exposure score.
+//!   through init's control socket;
+//! - [`audit`]: the observed sandbox of every daemon and its exposure score;
+//! - [`cluster`]: local clusters of nodes in namespaces (`cluster create|show|destroy`);
+//! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info`).
 //!
 //! `main.rs` only parses arguments and maps [`run`]'s outcome to an exit code with [`exit_code`].
 
@@ -19,7 +23,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+pub mod apply;
 pub mod audit;
+pub mod cluster;
 pub mod get;
 pub mod inspect;
 pub mod jsonpath;
@@ -29,6 +35,8 @@ pub mod output;
 pub mod power;
 pub mod resolve;
 pub mod services;
+pub mod talosconfig;
+pub mod target;
 pub mod validate;
 
 /// Where stated listens on a node.
@@ -41,34 +49,25 @@ pub const DEFAULT_SOCKET: &str = "/run/stated/state.sock";
     version,
     about = "A CLI for talos-rs nodes: read their resources, validate and patch machine configurations.",
     long_about = "A CLI for talos-rs nodes: read their resources, validate and patch machine configurations.\n\n\
-                  This version talks to the stated of the local node over its Unix socket (--socket);\n\
-                  it needs to run as root (or another user stated lets read). Remote nodes need apid,\n\
-                  which is not available yet.",
+                  This version talks to nodes over their Unix sockets: the local node's (--socket,\n\
+                  --init-socket), or with -n the nodes of a local cluster (talosctl cluster create)\n\
+                  found through the talosconfig. It needs to run as root (or another user stated lets\n\
+                  read). Remote nodes need apid, which is not available yet.",
     propagate_version = true
 )]
 pub struct Cli {
-    /// Unix socket of the local stated.
-    #[arg(
-        long,
-        global = true,
-        env = "TALOS_SOCKET",
-        default_value = DEFAULT_SOCKET,
-        value_name = "PATH"
-    )]
-    pub socket: PathBuf,
+    /// Unix socket of the local stated [default: /run/stated/state.sock]. Given (or
+    /// TALOS_SOCKET set), it wins over the talosconfig's default nodes.
+    #[arg(long, global = true, env = "TALOS_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
 
-    /// Unix socket of the local init's control API (root only).
-    #[arg(
-        long,
-        global = true,
-        env = "TALOS_INIT_SOCKET",
-        default_value = services::DEFAULT_INIT_SOCKET,
-        value_name = "PATH"
-    )]
-    pub init_socket: PathBuf,
+    /// Unix socket of the local init's control API, root only [default: /run/init/init.sock].
+    #[arg(long, global = true, env = "TALOS_INIT_SOCKET", value_name = "PATH")]
+    pub init_socket: Option<PathBuf>,
 
-    /// Target nodes (comma-separated). Reserved: reaching remote nodes needs apid, which is not
-    /// available yet, so commands that talk to a node refuse this flag for now.
+    /// Target nodes (comma-separated): names or IPs of nodes of the talosconfig context's
+    /// local cluster [default: the context's nodes, else the local node]. Remote nodes need
+    /// apid, which is not available yet.
     #[arg(
         short = 'n',
         long,
@@ -77,6 +76,14 @@ pub struct Cli {
         value_name = "NODES"
     )]
     pub nodes: Vec<String>,
+
+    /// The talosconfig file [default: $TALOS_HOME/config, else ~/.talos/config].
+    #[arg(long, global = true, env = "TALOSCONFIG", value_name = "PATH")]
+    pub talosconfig: Option<PathBuf>,
+
+    /// The talosconfig context to use [default: its current context].
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
 
     /// What to do.
     #[command(subcommand)]
@@ -123,6 +130,21 @@ pub enum Command {
 
     /// Stop every daemon in reverse dependency order and reboot the node.
     Reboot,
+
+    /// Apply a new machine configuration to a node (validated, diffed; `--dry-run`).
+    #[command(visible_alias = "apply")]
+    ApplyConfig(apply::ApplyArgs),
+
+    /// Patch a node's machine configuration (`patch machineconfig -p @patch.yaml`).
+    Patch(apply::PatchArgs),
+
+    /// Create, show and destroy local clusters of nodes in namespaces on this host.
+    #[command(subcommand)]
+    Cluster(cluster::Command),
+
+    /// The talosconfig file: contexts.
+    #[command(subcommand)]
+    Config(talosconfig::Command),
 }
 
 /// Runs a parsed command line, printing results to standard output.
@@ -130,43 +152,89 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match &cli.command {
-        Command::Get(args) => {
-            refuse_nodes(&cli.nodes)?;
-            block_on(get::run(&cli.socket, args, &mut out))
+        Command::Get(args) => each_node(&cli, &mut out, |t, out| {
+            block_on(get::run(&t.state_socket, args, out))
+        }),
+        Command::Inspect(cmd) => each_node(&cli, &mut out, |t, out| {
+            let mut out = out;
+            block_on(inspect::run(&t.state_socket, cmd, &mut out))
+        }),
+        Command::Services => each_node(&cli, &mut out, |t, out| {
+            block_on(services::list(&t.init_socket, out))
+        }),
+        Command::Service(args) => each_node(&cli, &mut out, |t, out| {
+            block_on(services::service(&t.init_socket, args, out))
+        }),
+        Command::Logs(args) => each_node(&cli, &mut out, |t, out| {
+            block_on(logs::run(&t.init_socket, args, out))
+        }),
+        Command::Audit(args) => each_node(&cli, &mut out, |t, out| {
+            block_on(audit::run(&t.state_socket, args, out))
+        }),
+        Command::Shutdown => each_node(&cli, &mut out, |t, out| {
+            block_on(power::run(&t.init_socket, false, out))
+        }),
+        Command::Reboot => each_node(&cli, &mut out, |t, out| {
+            block_on(power::run(&t.init_socket, true, out))
+        }),
+        Command::ApplyConfig(args) => each_node(&cli, &mut out, |t, out| {
+            block_on(apply::apply(&t.state_socket, args, out))
+        }),
+        Command::Patch(args) => each_node(&cli, &mut out, |t, out| {
+            block_on(apply::patch(&t.state_socket, args, out))
+        }),
+        Command::Cluster(cmd) => {
+            let path = talosconfig::path(cli.talosconfig.as_deref())?;
+            cluster::run(cmd, &path, &mut out)
         }
-        Command::Inspect(cmd) => {
-            refuse_nodes(&cli.nodes)?;
-            block_on(inspect::run(&cli.socket, cmd, &mut out))
-        }
-        Command::Services => {
-            refuse_nodes(&cli.nodes)?;
-            block_on(services::list(&cli.init_socket, &mut out))
-        }
-        Command::Service(args) => {
-            refuse_nodes(&cli.nodes)?;
-            block_on(services::service(&cli.init_socket, args, &mut out))
-        }
-        Command::Logs(args) => {
-            refuse_nodes(&cli.nodes)?;
-            block_on(logs::run(&cli.init_socket, args, &mut out))
-        }
-        Command::Audit(args) => {
-            refuse_nodes(&cli.nodes)?;
-            block_on(audit::run(&cli.socket, args, &mut out))
-        }
-        Command::Shutdown => {
-            refuse_nodes(&cli.nodes)?;
-            block_on(power::run(&cli.init_socket, false, &mut out))
-        }
-        Command::Reboot => {
-            refuse_nodes(&cli.nodes)?;
-            block_on(power::run(&cli.init_socket, true, &mut out))
+        Command::Config(cmd) => {
+            let path = talosconfig::path(cli.talosconfig.as_deref())?;
+            talosconfig::run(cmd, &path, cli.context.as_deref(), &mut out)
         }
         Command::Validate(args) => validate::run(args, &mut out),
         Command::Machineconfig(cmd) => machineconfig::run(cmd, &mut out),
     }?;
     out.flush()?;
     Ok(())
+}
+
+/// Runs `f` for every target node ([`target::resolve`]); with several, each node's output
+/// follows a `node: <name> (<ip>)` line, and errors are collected as `<node>: <error>`.
+fn each_node(
+    cli: &Cli,
+    out: &mut dyn Write,
+    mut f: impl FnMut(&target::Target, &mut dyn Write) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    // Without $HOME there is no default talosconfig: fine unless -n needs one.
+    let path = talosconfig::path(cli.talosconfig.as_deref());
+    let path = match (path, cli.nodes.is_empty()) {
+        (Ok(p), _) => Some(p),
+        (Err(_), true) => None,
+        (Err(e), false) => return Err(e),
+    };
+    let targets = target::resolve(&target::Selection {
+        nodes: &cli.nodes,
+        socket: cli.socket.as_deref(),
+        init_socket: cli.init_socket.as_deref(),
+        talosconfig: path.as_deref(),
+        context: cli.context.as_deref(),
+    })?;
+    if let [one] = targets.as_slice() {
+        return f(one, out);
+    }
+    let mut errors = Vec::new();
+    for t in &targets {
+        let label = t.label.clone().unwrap_or_else(|| "local".into());
+        writeln!(out, "node: {label}")?;
+        if let Err(e) = f(t, out) {
+            errors.push(format!("{label}: {}", cosi::error::Chain(e.as_ref())));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", errors.join("\n"))
+    }
 }
 
 /// Runs a command that talks to stated on a single-threaded async runtime.
@@ -176,17 +244,6 @@ fn block_on<F: std::future::Future<Output = anyhow::Result<()>>>(f: F) -> anyhow
         .build()
         .context("cannot start the async runtime")?
         .block_on(f)
-}
-
-fn refuse_nodes(nodes: &[String]) -> anyhow::Result<()> {
-    if nodes.is_empty() {
-        return Ok(());
-    }
-    anyhow::bail!(
-        "-n/--nodes {}: remote nodes need apid, not yet available; \
-         talosctl reads only the local stated (--socket) for now",
-        nodes.join(",")
-    )
 }
 
 /// Starts logging to standard error, at `warn` unless `RUST_LOG` says otherwise.

@@ -87,7 +87,7 @@ fn patch(args: &PatchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 /// Parses `--patch` text: inline, or `@path` to read a file.
-fn load_patch(arg: &str) -> anyhow::Result<Patch> {
+pub(crate) fn load_patch(arg: &str) -> anyhow::Result<Patch> {
     let (text, origin) = match arg.strip_prefix('@') {
         Some(path) => (
             std::fs::read_to_string(path).with_context(|| format!("cannot read patch {path}"))?,

@@ -254,10 +254,26 @@ async fn missing_resource_is_exit_code_1() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nothing.sock"), "{err}");
 
-    // Remote nodes are not reachable yet.
-    let out = talosctl(&h.socket, &["-n", "10.5.0.2", "get", "rd"]).await;
+    // Remote nodes are not reachable yet: -n only names nodes of a local cluster of the
+    // talosconfig (none here).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_talosctl"))
+        .env("TALOSCONFIG", h.dir().join("no-talosconfig"))
+        .args([
+            "--socket",
+            &h.socket.to_string_lossy(),
+            "-n",
+            "10.5.0.2",
+            "get",
+            "rd",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("need apid"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("need apid"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the node image in one command: the image's programs (init, stated, networkd) compiled
+# statically (glibc, `-C target-feature=+crt-static`, profile `image`: release, stripped), then
+# the tree and the initramfs with mkrootfs.
+#
+#   rootfs/build.sh                    → target/rootfs/tree, target/rootfs/initramfs.cpio.gz
+#   OUT=/some/dir rootfs/build.sh      another output directory
+#   ROOTFS_STATIC=0 rootfs/build.sh    dynamically linked programs (their libraries are shipped)
+#
+# Reproducible: every entry gets the mtime SOURCE_DATE_EPOCH (default: the last commit's time),
+# owner 0:0 and a fixed mode; same sources, same toolchain → same bytes. Run as root so the
+# tree is owned by root (as a node expects); as another user it keeps that user's ownership.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out="${OUT:-target/rootfs}"
+triple="$(rustc -vV | sed -n 's/^host: //p')"
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+	SOURCE_DATE_EPOCH="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+fi
+export SOURCE_DATE_EPOCH
+
+static=()
+if [ "${ROOTFS_STATIC:-1}" != 0 ]; then
+	# With an explicit --target these flags apply to the target's artifacts only: build
+	# scripts and proc macros stay dynamic, as they must. Not exported: mkrootfs below is a
+	# host build.
+	# getrandom finds glibc's getrandom() with dlsym, which a static program cannot: it would
+	# fall back to /dev/urandom, which the daemons' landlock rules do not grant. Call it directly.
+	var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_RUSTFLAGS"
+	static=("$var=${!var:-} -C target-feature=+crt-static --cfg getrandom_backend=\"linux_getrandom\"")
+fi
+echo "rootfs: building init, stated, networkd for $triple (profile image${static:+, static})" >&2
+env "${static[@]}" cargo build --locked --profile image --target "$triple" -p init -p stated -p networkd
+cargo build --locked --release -p rootfs --bin mkrootfs
+target/release/mkrootfs --bin-dir "target/$triple/image" --out "$out"

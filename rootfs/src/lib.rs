@@ -1,0 +1,574 @@
+//! The talos-rs node image (DESIGN.md §6): one directory tree, laid out as a node expects, and
+//! the same tree packed as an initramfs (newc cpio, gzip) for VM mode.
+//!
+//! ```text
+//! /init -> usr/bin/init          what the kernel runs from an initramfs
+//! /bin, /sbin -> usr/bin         /lib -> usr/lib
+//! /usr/bin/{init,stated,networkd}
+//! /usr/lib/<multiarch>/...       only when a program is dynamically linked (its libraries)
+//! /etc/talos/daemons.yaml        the daemon manifest init runs
+//! /etc/talos/seccomp/*.json      the seccomp profiles (compiled into init; shipped for audit)
+//! /etc/{os-release,passwd,group} one user per daemon of the manifest
+//! /etc/{resolv.conf,hosts,hostname} -> /system/network/etc/*   (networkd renders them)
+//! /dev /proc /sys /run /tmp      mount points (init mounts /proc, /run, /tmp)
+//! /system /var                   the node's writable state
+//! ```
+//!
+//! The build is reproducible: every entry is owned by 0:0, has a fixed mode and the mtime
+//! `SOURCE_DATE_EPOCH`; the initramfs lists entries sorted by path with sequential inode
+//! numbers, and its gzip header carries no name and no time. The same inputs give the same
+//! bytes, in the tree and in the initramfs ([`build`] twice and compare: `tests/` does).
+//!
+//! Binaries are taken as built. A statically linked program (what `rootfs/build.sh` builds)
+//! needs nothing else; for a dynamically linked one (a development build) the libraries `ldd`
+//! names and the ELF interpreter are copied into the tree, so the image runs all the same.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub mod cpio;
+pub mod elf;
+
+/// The programs of the image, installed in `/usr/bin`.
+pub const PROGRAMS: &[&str] = &["init", "stated", "networkd"];
+
+/// Seccomp profiles that are not shipped (test daemons only).
+const TEST_PROFILES: &[&str] = &["testd"];
+
+/// Where the image keeps its manifest and seccomp profiles.
+pub const ETC_TALOS: &str = "etc/talos";
+
+/// Errors of an image build.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An input cannot be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// The input.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output cannot be written.
+    #[error("cannot write {path}")]
+    Write {
+        /// The output.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An input is not what the image needs.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Write {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One entry of the image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A directory with its permission bits.
+    Dir {
+        /// Permission bits (e.g. `0o755`, `0o1777`).
+        mode: u32,
+    },
+    /// A regular file.
+    File {
+        /// Permission bits.
+        mode: u32,
+        /// Its contents.
+        data: Vec<u8>,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// Where it points.
+        target: String,
+    },
+}
+
+/// The image: entries by path relative to the root (no leading `/`; the root itself is not
+/// listed), in path order — a parent always comes before what it holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Image {
+    /// The entries.
+    pub entries: BTreeMap<String, Kind>,
+}
+
+impl Image {
+    fn parents(&mut self, path: &str) {
+        let mut at = 0;
+        while let Some(i) = path[at..].find('/') {
+            let parent = &path[..at + i];
+            self.entries
+                .entry(parent.to_string())
+                .or_insert(Kind::Dir { mode: 0o755 });
+            at += i + 1;
+        }
+    }
+
+    /// Adds a directory (and its parents).
+    pub fn dir(&mut self, path: &str, mode: u32) {
+        self.parents(path);
+        self.entries.insert(path.to_string(), Kind::Dir { mode });
+    }
+
+    /// Adds a file (and its parents).
+    pub fn file(&mut self, path: &str, mode: u32, data: Vec<u8>) {
+        self.parents(path);
+        self.entries
+            .insert(path.to_string(), Kind::File { mode, data });
+    }
+
+    /// Adds a symbolic link (and its parents).
+    pub fn symlink(&mut self, path: &str, target: &str) {
+        self.parents(path);
+        self.entries.insert(
+            path.to_string(),
+            Kind::Symlink {
+                target: target.to_string(),
+            },
+        );
+    }
+
+    /// The bytes of every file and link target (the tree's size).
+    pub fn content_bytes(&self) -> u64 {
+        self.entries
+            .values()
+            .map(|k| match k {
+                Kind::File { data, .. } => data.len() as u64,
+                Kind::Symlink { target } => target.len() as u64,
+                Kind::Dir { .. } => 0,
+            })
+            .sum()
+    }
+
+    /// Writes the image as a directory tree at `dir` (which must not exist): owner 0:0, the
+    /// modes of the entries, every mtime `epoch`. Needs root for the ownership when run by
+    /// another user (then the files keep that user's ownership).
+    pub fn write_tree(&self, dir: &Path, epoch: u64) -> Result<(), Error> {
+        std::fs::create_dir(dir).map_err(write_error(dir))?;
+        let root = nix::unistd::geteuid().is_root();
+        for (path, kind) in &self.entries {
+            let p = dir.join(path);
+            match kind {
+                Kind::Dir { .. } => std::fs::create_dir(&p).map_err(write_error(&p))?,
+                Kind::File { data, .. } => std::fs::write(&p, data).map_err(write_error(&p))?,
+                Kind::Symlink { target } => {
+                    std::os::unix::fs::symlink(target, &p).map_err(write_error(&p))?
+                }
+            }
+            if root {
+                std::os::unix::fs::lchown(&p, Some(0), Some(0)).map_err(write_error(&p))?;
+            }
+            if let Kind::Dir { mode } | Kind::File { mode, .. } = kind {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode))
+                    .map_err(write_error(&p))?;
+            }
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(write_error(dir))?;
+        if root {
+            std::os::unix::fs::lchown(dir, Some(0), Some(0)).map_err(write_error(dir))?;
+        }
+        // Children first: creating an entry changes its directory's mtime.
+        let time = nix::sys::time::TimeSpec::new(i64::try_from(epoch).unwrap_or(i64::MAX), 0);
+        for path in self
+            .entries
+            .keys()
+            .rev()
+            .map(|p| dir.join(p))
+            .chain([dir.to_path_buf()])
+        {
+            nix::sys::stat::utimensat(
+                nix::fcntl::AT_FDCWD,
+                &path,
+                &time,
+                &time,
+                nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+            )
+            .map_err(|e| Error::Write {
+                path: path.clone(),
+                source: e.into(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The image as a gzip-compressed newc cpio archive (an initramfs), reproducibly.
+    pub fn initramfs(&self, epoch: u64) -> Result<Vec<u8>, Error> {
+        let archive = cpio::newc(self, epoch);
+        let mut gz = flate2::GzBuilder::new()
+            .mtime(0)
+            .operating_system(3) // Unix, whatever the build host
+            .write(Vec::new(), flate2::Compression::default());
+        gz.write_all(&archive)
+            .and_then(|()| gz.finish())
+            .map_err(|source| Error::Write {
+                path: PathBuf::from("initramfs"),
+                source,
+            })
+    }
+}
+
+/// What goes into an image.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    /// The directory of the built programs (`target/<triple>/image`, `target/debug`).
+    pub bin_dir: PathBuf,
+    /// The programs to install in `/usr/bin` ([`PROGRAMS`]).
+    pub programs: Vec<String>,
+    /// The `rootfs/` directory of the workspace (`etc/daemons.yaml`, `profiles/<arch>/`).
+    pub source: PathBuf,
+    /// The time of every entry (`SOURCE_DATE_EPOCH`).
+    pub epoch: u64,
+}
+
+impl Inputs {
+    /// The image's programs from `bin_dir`, with this workspace's manifest and profiles.
+    pub fn new(bin_dir: impl Into<PathBuf>, epoch: u64) -> Inputs {
+        Inputs {
+            bin_dir: bin_dir.into(),
+            programs: PROGRAMS.iter().map(|p| p.to_string()).collect(),
+            source: source_dir(),
+            epoch,
+        }
+    }
+}
+
+/// The `rootfs/` directory of this workspace.
+pub fn source_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The image for `inputs`: every entry, in memory.
+pub fn plan(inputs: &Inputs) -> Result<Image, Error> {
+    let mut image = Image::default();
+    for (dir, mode) in [
+        ("dev", 0o755),
+        ("proc", 0o555),
+        ("sys", 0o555),
+        ("run", 0o755),
+        ("tmp", 0o1777),
+        ("root", 0o700),
+        ("system", 0o755),
+        ("var", 0o755),
+        ("var/lib", 0o755),
+        ("var/log", 0o755),
+        ("usr/bin", 0o755),
+        ("usr/lib", 0o755),
+        (ETC_TALOS, 0o755),
+    ] {
+        image.dir(dir, mode);
+    }
+    image.symlink("bin", "usr/bin");
+    image.symlink("sbin", "usr/bin");
+    image.symlink("lib", "usr/lib");
+    image.symlink("init", "usr/bin/init");
+    // networkd renders these under its own directory (see rootfs/etc/daemons.yaml).
+    for f in ["resolv.conf", "hosts", "hostname"] {
+        image.symlink(&format!("etc/{f}"), &format!("/system/network/etc/{f}"));
+    }
+    image.symlink("etc/mtab", "/proc/self/mounts");
+
+    let manifest_path = inputs.source.join("etc/daemons.yaml");
+    let manifest = std::fs::read_to_string(&manifest_path).map_err(read_error(&manifest_path))?;
+    let users = manifest_users(&manifest)?;
+    image.file(
+        &format!("{ETC_TALOS}/daemons.yaml"),
+        0o644,
+        manifest.into_bytes(),
+    );
+    let mut passwd = String::from("root:x:0:0:root:/root:/usr/bin/init\n");
+    let mut group = String::from("root:x:0:\n");
+    for (name, uid, gid) in &users {
+        passwd.push_str(&format!(
+            "{name}:x:{uid}:{gid}:talos-rs {name}:/nonexistent:/nonexistent\n"
+        ));
+        group.push_str(&format!("{name}:x:{gid}:\n"));
+    }
+    image.file("etc/passwd", 0o644, passwd.into_bytes());
+    image.file("etc/group", 0o644, group.into_bytes());
+    image.file(
+        "etc/os-release",
+        0o644,
+        format!(
+            "NAME=\"talos-rs\"\nID=talos-rs\nVERSION_ID={v}\nPRETTY_NAME=\"talos-rs {v}\"\n\
+             HOME_URL=\"https://www.talos.dev\"\n",
+            v = env!("CARGO_PKG_VERSION")
+        )
+        .into_bytes(),
+    );
+
+    let profiles = inputs.source.join("profiles").join(std::env::consts::ARCH);
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&profiles)
+        .map_err(read_error(&profiles))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    names.sort();
+    for p in names {
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if TEST_PROFILES.iter().any(|t| name == format!("{t}.json")) {
+            continue;
+        }
+        let data = std::fs::read(&p).map_err(read_error(&p))?;
+        image.file(&format!("{ETC_TALOS}/seccomp/{name}"), 0o644, data);
+    }
+
+    let mut libraries: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut interpreter: Option<String> = None;
+    for program in &inputs.programs {
+        let path = inputs.bin_dir.join(program);
+        let data = std::fs::read(&path).map_err(read_error(&path))?;
+        let info = elf::inspect(&data).map_err(|e| {
+            Error::Invalid(format!("{} is not an ELF executable: {e}", path.display()))
+        })?;
+        if let Some(interp) = info.interpreter {
+            for lib in ldd(&path)? {
+                let name = lib
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(|| Error::Invalid(format!("library {}", lib.display())))?
+                    .to_string();
+                libraries.insert(name, lib);
+            }
+            interpreter = Some(interp);
+        }
+        image.file(&format!("usr/bin/{program}"), 0o755, data);
+    }
+    if let Some(interp) = interpreter {
+        // Libraries go to /usr/lib/<multiarch> (the interpreter's default search path, and
+        // /usr/lib is where the manifest lets daemons map executable code from); the
+        // interpreter's own path links there.
+        let multiarch = libraries
+            .values()
+            .find_map(|p| p.parent()?.file_name()?.to_str().map(str::to_string))
+            .unwrap_or_else(|| format!("{}-linux-gnu", std::env::consts::ARCH));
+        let interp_name = Path::new(&interp)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::Invalid(format!("ELF interpreter {interp}")))?
+            .to_string();
+        libraries
+            .entry(interp_name.clone())
+            .or_insert_with(|| PathBuf::from(&interp));
+        for (name, path) in &libraries {
+            let data = std::fs::read(path).map_err(read_error(path))?;
+            image.file(&format!("usr/lib/{multiarch}/{name}"), 0o755, data);
+        }
+        let rel = interp.trim_start_matches('/');
+        if !image.entries.contains_key(rel) {
+            image.symlink(rel, &format!("/usr/lib/{multiarch}/{interp_name}"));
+        }
+    }
+    Ok(image)
+}
+
+/// The daemons of a manifest: (name, uid, gid).
+fn manifest_users(manifest: &str) -> Result<Vec<(String, u64, u64)>, Error> {
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(manifest)
+        .map_err(|e| Error::Invalid(format!("the daemon manifest is not YAML: {e}")))?;
+    let mut out = Vec::new();
+    for d in doc
+        .get("daemons")
+        .and_then(|d| d.as_sequence())
+        .into_iter()
+        .flatten()
+    {
+        let name = d.get("name").and_then(|v| v.as_str());
+        let uid = d.get("uid").and_then(|v| v.as_u64());
+        let gid = d.get("gid").and_then(|v| v.as_u64()).or(uid);
+        match (name, uid, gid) {
+            (Some(n), Some(u), Some(g)) => out.push((n.to_string(), u, g)),
+            _ => {
+                return Err(Error::Invalid(
+                    "a daemon of the manifest has no name or uid".into(),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The shared libraries a dynamically linked program loads, as `ldd` resolves them on this
+/// host (the interpreter excluded).
+fn ldd(program: &Path) -> Result<Vec<PathBuf>, Error> {
+    let out = Command::new("ldd")
+        .arg(program)
+        .output()
+        .map_err(read_error(Path::new("ldd")))?;
+    if !out.status.success() {
+        return Err(Error::Invalid(format!(
+            "ldd {}: {}",
+            program.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let mut libs = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)"
+        if let Some((_, rest)) = line.split_once("=>") {
+            if let Some(path) = rest
+                .split_whitespace()
+                .next()
+                .filter(|p| p.starts_with('/'))
+            {
+                libs.push(PathBuf::from(path));
+            }
+        }
+    }
+    Ok(libs)
+}
+
+/// What [`build`] produced.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The directory tree.
+    pub tree: PathBuf,
+    /// The initramfs.
+    pub initramfs: PathBuf,
+    /// Entries in the tree (without the root).
+    pub entries: usize,
+    /// Bytes of file contents and link targets in the tree.
+    pub tree_bytes: u64,
+    /// Bytes of the compressed initramfs.
+    pub initramfs_bytes: u64,
+    /// Shared libraries copied in because a program is dynamically linked (empty for a static
+    /// image).
+    pub shared_libraries: Vec<String>,
+}
+
+/// Builds the image of `inputs` into `out`: `out/tree` and `out/initramfs.cpio.gz`, replacing
+/// what was there only once the new image is complete.
+pub fn build(inputs: &Inputs, out: &Path) -> Result<Report, Error> {
+    let image = plan(inputs)?;
+    std::fs::create_dir_all(out).map_err(write_error(out))?;
+    let tree = out.join("tree");
+    let initramfs = out.join("initramfs.cpio.gz");
+    let pid = std::process::id();
+    let tmp_tree = out.join(format!(".tree.{pid}"));
+    let old_tree = out.join(format!(".tree.old.{pid}"));
+    let tmp_initramfs = out.join(format!(".initramfs.{pid}"));
+    remove_tree(&tmp_tree)?;
+    let result = (|| {
+        image.write_tree(&tmp_tree, inputs.epoch)?;
+        let archive = image.initramfs(inputs.epoch)?;
+        std::fs::write(&tmp_initramfs, &archive).map_err(write_error(&tmp_initramfs))?;
+        std::fs::set_permissions(&tmp_initramfs, std::fs::Permissions::from_mode(0o644))
+            .map_err(write_error(&tmp_initramfs))?;
+        if tree.symlink_metadata().is_ok() {
+            std::fs::rename(&tree, &old_tree).map_err(write_error(&tree))?;
+        }
+        std::fs::rename(&tmp_tree, &tree).map_err(write_error(&tree))?;
+        std::fs::rename(&tmp_initramfs, &initramfs).map_err(write_error(&initramfs))?;
+        remove_tree(&old_tree)?;
+        Ok(archive.len() as u64)
+    })();
+    match result {
+        Ok(initramfs_bytes) => Ok(Report {
+            tree,
+            initramfs,
+            entries: image.entries.len(),
+            tree_bytes: image.content_bytes(),
+            initramfs_bytes,
+            shared_libraries: image
+                .entries
+                .keys()
+                .filter(|p| p.starts_with("usr/lib/"))
+                .filter(|p| matches!(image.entries.get(*p), Some(Kind::File { .. })))
+                .cloned()
+                .collect(),
+        }),
+        Err(e) => {
+            let _ = remove_tree(&tmp_tree);
+            let _ = std::fs::remove_file(&tmp_initramfs);
+            Err(e)
+        }
+    }
+}
+
+fn remove_tree(path: &Path) -> Result<(), Error> {
+    match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Write {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// `SOURCE_DATE_EPOCH` from the environment, or 0.
+pub fn epoch_from_env() -> Result<u64, Error> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
+            Error::Invalid(format!(
+                "SOURCE_DATE_EPOCH={v:?} is not a number of seconds"
+            ))
+        }),
+        _ => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parents_come_first_and_are_directories() {
+        let mut image = Image::default();
+        image.file("a/b/c", 0o644, b"x".to_vec());
+        image.symlink("a-link", "a");
+        let keys: Vec<&String> = image.entries.keys().collect();
+        assert_eq!(keys, ["a", "a-link", "a/b", "a/b/c"]);
+        assert_eq!(image.entries["a/b"], Kind::Dir { mode: 0o755 });
+    }
+
+    #[test]
+    fn manifest_users_are_read_from_the_shipped_manifest() {
+        let text = std::fs::read_to_string(source_dir().join("etc/daemons.yaml")).unwrap();
+        let users = manifest_users(&text).unwrap();
+        assert!(users.iter().any(|(n, u, _)| n == "stated" && *u == 1000));
+        assert!(users.iter().any(|(n, _, _)| n == "networkd"));
+    }
+
+    #[test]
+    fn a_tree_written_twice_is_identical_and_so_is_its_initramfs() {
+        let mut image = Image::default();
+        image.dir("tmp", 0o1777);
+        image.file("usr/bin/x", 0o755, b"#!x".to_vec());
+        image.symlink("bin", "usr/bin");
+        let dir = tempfile::tempdir().unwrap();
+        image.write_tree(&dir.path().join("a"), 1234).unwrap();
+        image.write_tree(&dir.path().join("b"), 1234).unwrap();
+        for p in ["", "tmp", "usr/bin/x", "bin"] {
+            let a = dir.path().join("a").join(p).symlink_metadata().unwrap();
+            let b = dir.path().join("b").join(p).symlink_metadata().unwrap();
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!((a.mode(), a.mtime()), (b.mode(), b.mtime()), "{p}");
+            assert_eq!(a.mtime(), 1234, "{p}");
+        }
+        assert_eq!(
+            image.initramfs(1234).unwrap(),
+            image.initramfs(1234).unwrap()
+        );
+    }
+}

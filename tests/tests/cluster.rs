@@ -1,0 +1,334 @@
+//! Local clusters end to end, with the real provisioner (`talosctl cluster create`): three
+//! nodes with their DHCP addresses from the bridge's dnsmasq, their hostnames, their daemons,
+//! reaching each other; nothing left behind by destroy — also after a create that failed or
+//! died half-way; a bad config patch creating nothing. Needs root; skipped otherwise. Every
+//! cluster is destroyed by its guard, also when an assertion fails.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::BTreeSet;
+
+use cosi::ResourceSpec;
+use machinery::resources::network::{AddressSpecSpec, AddressStatusSpec};
+use node_tests::{
+    alive, pid_namespace_members, processes_mentioning, require_root, text, Cluster, HostSnapshot,
+};
+
+/// One cluster at a time: they share two cores with everything else.
+static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    CLUSTERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Asserts that nothing of the cluster is left: its directory, namespaces, links, mounts,
+/// processes (`pids`, and anything mentioning its directory), its talosconfig context.
+fn assert_nothing_left(cluster: &Cluster, before: &HostSnapshot, pids: &BTreeSet<i32>) {
+    let after = HostSnapshot::take();
+    let ours: Vec<&String> = after
+        .netns
+        .iter()
+        .filter(|n| n.starts_with(&format!("{}-", cluster.name)))
+        .collect();
+    assert!(ours.is_empty(), "network namespaces left: {ours:?}");
+    assert_eq!(before.links, after.links, "the host's links are untouched");
+    let dir = cluster.cluster_dir();
+    let dir_s = dir.to_string_lossy().to_string();
+    assert!(
+        !after.mounts.iter().any(|m| m.contains(&dir_s)),
+        "no mount under {dir_s}: {:?}",
+        after.mounts
+    );
+    assert!(
+        !after.mounts.iter().any(|m| m.contains(&cluster.name)),
+        "no mount naming {}: {:?}",
+        cluster.name,
+        after.mounts
+    );
+    let left: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(left.is_empty(), "processes left: {left:?}");
+    let mentioning = processes_mentioning(&dir_s);
+    assert!(mentioning.is_empty(), "processes left: {mentioning:?}");
+    assert!(!dir.exists(), "{} is removed", dir.display());
+    let config = std::fs::read_to_string(&cluster.talosconfig).unwrap_or_default();
+    assert!(
+        !config.contains(&cluster.name),
+        "the talosconfig context is removed: {config}"
+    );
+}
+
+/// Every process of a cluster: dnsmasq, the supervisors, and everything in the nodes' PID
+/// namespaces.
+fn cluster_processes(cluster: &Cluster) -> BTreeSet<i32> {
+    let info = cluster.show();
+    let mut pids: BTreeSet<i32> = info.dnsmasq_pid.into_iter().collect();
+    for n in &info.nodes {
+        pids.extend(n.supervisor_pid);
+        if let Some(init) = n.init_pid {
+            pids.extend(pid_namespace_members(init));
+        }
+    }
+    pids
+}
+
+#[test]
+fn three_nodes_get_dhcp_addresses_hostnames_daemons_reach_each_other_and_destroy_leaves_nothing() {
+    require_root!();
+    let _one = lock();
+    let before = HostSnapshot::take();
+    let mut cluster = Cluster::builder().controlplanes(1).workers(2).create();
+    let info = cluster.show();
+    let nodes = info.nodes.clone();
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(
+        nodes.iter().map(|n| n.role.as_str()).collect::<Vec<_>>(),
+        ["controlplane", "worker", "worker"]
+    );
+    let leases = std::fs::read_to_string(cluster.cluster_dir().join("dnsmasq.leases")).unwrap();
+    let dnsmasq_log = std::fs::read_to_string(cluster.cluster_dir().join("dnsmasq.log")).unwrap();
+    let manifest =
+        std::fs::read_to_string(node_tests::image().join("etc/talos/daemons.yaml")).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _rt = rt.enter();
+
+    for node in &nodes {
+        assert_eq!(node.state, "ready", "{node:?}");
+        let init = node.init_pid.unwrap();
+        assert_ne!(pid_namespace_members(init).len(), 0);
+
+        // Its address is the one the bridge's dnsmasq leased to its MAC, applied by networkd's
+        // DHCP operator (the address spec's layer), observed in the kernel.
+        let lease = leases
+            .lines()
+            .find(|l| l.contains(&node.mac))
+            .unwrap_or_else(|| panic!("no lease for {} in {leases}", node.mac));
+        assert!(lease.contains(&node.ip), "{lease}");
+        assert!(
+            dnsmasq_log.contains(&format!("DHCPACK(br0) {} {}", node.ip, node.mac)),
+            "dnsmasq acknowledged {}: {dnsmasq_log}",
+            node.ip
+        );
+        let id = format!("eth0/{}/{}", node.ip, node.prefix);
+        let state = cluster.state(node);
+        let spec = rt
+            .block_on(state.get_typed::<AddressSpecSpec>("network", &id))
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(spec.spec.layer).unwrap(),
+            "operator",
+            "{id} comes from the DHCP operator"
+        );
+        rt.block_on(state.get("network", AddressStatusSpec::TYPE, &id))
+            .unwrap_or_else(|e| panic!("{} observes {id}: {e}", node.name));
+        let kernel =
+            text(&cluster.in_netns(node, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"]));
+        assert!(
+            kernel.contains(&format!("{}/{}", node.ip, node.prefix)),
+            "{kernel}"
+        );
+
+        // Its hostname: the machine config's (HostnameSpec, what networkd asks for), the
+        // kernel's in the node's UTS namespace, and networkd's observation (HostnameStatus).
+        let out = cluster.talosctl(&["-n", &node.name, "get", "hostnamespec", "-o", "json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let spec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(spec["spec"]["hostname"], node.name.as_str(), "{spec}");
+        let uts = std::process::Command::new("nsenter")
+            .args(["-t", &init.to_string(), "-u", "hostname"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&uts.stdout).trim(), node.name);
+        let out = cluster.talosctl(&["-n", &node.ip, "get", "hostnamestatus", "-o", "json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(status["spec"]["hostname"], node.name.as_str(), "{status}");
+
+        // Its daemons: every daemon of the manifest, running and healthy, as init lists them.
+        let out = cluster.talosctl(&["-n", &node.name, "services"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let services = String::from_utf8_lossy(&out.stdout).to_string();
+        for daemon in manifest
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- name: "))
+        {
+            assert!(
+                services.lines().any(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    f.first() == Some(&daemon)
+                        && f.get(2) == Some(&"running")
+                        && f.get(3) == Some(&"OK")
+                }),
+                "{}: {daemon} is running and healthy:\n{services}",
+                node.name
+            );
+        }
+    }
+
+    // The nodes reach each other over the bridge.
+    for (i, from) in nodes.iter().enumerate() {
+        let to = &nodes[(i + 1) % nodes.len()];
+        let out = cluster.in_netns(from, &["ping", "-c", "1", "-W", "3", &to.ip]);
+        assert!(
+            out.status.success(),
+            "{} reaches {} ({}): {}",
+            from.name,
+            to.name,
+            to.ip,
+            text(&out)
+        );
+    }
+
+    // talosctl without -n uses the context's default node (the first control plane).
+    let out = cluster.talosctl(&["get", "addresses"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&nodes[0].ip),
+        "{}",
+        text(&out)
+    );
+
+    // Config changes on a node: validated first, diffed, nothing written on --dry-run or when
+    // invalid; otherwise a compare-and-set write of the MachineConfig.
+    let w = &nodes[1];
+    let version = || {
+        let out = cluster.talosctl(&["-n", &w.name, "get", "mc", "-o", "json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["metadata"]["version"].as_u64().unwrap()
+    };
+    let v0 = version();
+    let patch = cluster.dir().join("nameservers.yaml");
+    std::fs::write(
+        &patch,
+        "machine:\n  network:\n    nameservers: [10.5.0.1]\n",
+    )
+    .unwrap();
+    let at_patch = format!("@{}", patch.display());
+    let out = cluster.talosctl(&[
+        "-n",
+        &w.name,
+        "patch",
+        "machineconfig",
+        "--patch",
+        &at_patch,
+        "--dry-run",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("+    - 10.5.0.1"),
+        "the diff shows the change: {}",
+        text(&out)
+    );
+    assert_eq!(version(), v0, "--dry-run writes nothing");
+    let out = cluster.talosctl(&["-n", &w.name, "patch", "mc", "-p", "machine: {type: bogus}"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("not valid"), "{}", text(&out));
+    assert_eq!(version(), v0, "an invalid patch writes nothing");
+    let out = cluster.talosctl(&["-n", &w.name, "patch", "mc", "--patch", &at_patch]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(version(), v0 + 1);
+    let original = w.dir.join("config.yaml");
+    let out = cluster.talosctl(&[
+        "-n",
+        &w.ip,
+        "apply-config",
+        "-f",
+        &original.to_string_lossy(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("-    - 10.5.0.1"), "{}", text(&out));
+    assert_eq!(version(), v0 + 2);
+
+    let pids = cluster_processes(&cluster);
+    assert!(
+        pids.len() > 3 * 4,
+        "dnsmasq, supervisors, inits and daemons: {pids:?}"
+    );
+    let out = cluster.destroy();
+    assert!(out.status.success(), "destroy: {}", text(&out));
+    assert_nothing_left(&cluster, &before, &pids);
+}
+
+#[test]
+fn failed_creates_leave_nothing_behind_and_a_bad_config_patch_creates_nothing() {
+    require_root!();
+    let _one = lock();
+    let before = HostSnapshot::take();
+
+    // A patch that makes the config invalid, and one that is not a patch at all: refused
+    // before anything exists.
+    for patch in [
+        "machine: {type: bogus}",
+        "@/nonexistent/patch.yaml",
+        "[{\"op\": \"bogus\"}]",
+    ] {
+        let (cluster, out) = Cluster::builder()
+            .workers(1)
+            .arg("--config-patch")
+            .arg(patch)
+            .try_create();
+        assert!(!out.status.success(), "{patch}: {}", text(&out));
+        assert!(!cluster.cluster_dir().exists(), "{patch}: no state");
+        assert!(!cluster.talosconfig.exists(), "{patch}: no talosconfig");
+        assert_nothing_left(&cluster, &before, &BTreeSet::new());
+    }
+
+    // A create that dies half-way (as kill -9 would, after the second node's namespace and
+    // veth): its objects are there, and destroy removes every one.
+    let (mut cluster, out) = Cluster::builder()
+        .workers(1)
+        .env("TALOSCTL_CLUSTER_FAIL_AT", "node-launch:2")
+        .env("TALOSCTL_CLUSTER_FAIL_MODE", "exit")
+        .try_create();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cluster.cluster_dir().join("cluster.json")).unwrap())
+            .unwrap();
+    let netns = HostSnapshot::take().netns;
+    for ns in [
+        format!("{}-net", cluster.name),
+        format!("{}-controlplane-1", cluster.name),
+        format!("{}-worker-1", cluster.name),
+    ] {
+        assert!(
+            netns.contains(&ns),
+            "{ns} exists after the crash: {netns:?}"
+        );
+    }
+    let mut pids = BTreeSet::new();
+    pids.extend(record["dnsmasq"]["pid"].as_i64().map(|p| p as i32));
+    let first = &record["nodes"][0];
+    let init = first["init"]["pid"].as_i64().unwrap() as i32;
+    assert!(alive(init), "the first node runs");
+    pids.extend(pid_namespace_members(init));
+    pids.extend(first["supervisor"]["pid"].as_i64().map(|p| p as i32));
+    assert!(pids.iter().all(|p| alive(*p)), "{pids:?}");
+    let out = cluster.destroy();
+    assert!(out.status.success(), "destroy: {}", text(&out));
+    assert_nothing_left(&cluster, &before, &pids);
+
+    // A create that fails half-way (a node does not come up: its init cannot run) removes
+    // what it made by itself.
+    let broken = tempfile::tempdir().unwrap();
+    let image = broken.path().join("tree");
+    copy(node_tests::image(), &image);
+    std::fs::write(image.join("usr/bin/init"), b"not an executable").unwrap();
+    let (cluster, out) = Cluster::builder().workers(1).image(&image).try_create();
+    assert!(!out.status.success(), "{}", text(&out));
+    let msg = text(&out);
+    assert!(msg.contains("removing what was made"), "{msg}");
+    assert_nothing_left(&cluster, &before, &BTreeSet::new());
+}
+
+/// `cp -a`, for a broken copy of the image.
+fn copy(from: &std::path::Path, to: &std::path::Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
