@@ -124,16 +124,33 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let service = server::StateService::new(store, Arc::new(policy_of(config)));
-    tonic::transport::Server::builder()
+    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+    let signal = async move {
+        shutdown.await;
+        let _ = stopping_tx.send(true);
+    };
+    let server = tonic::transport::Server::builder()
         .add_service(
             proto::state_server::StateServer::new(service)
                 .max_decoding_message_size(MAX_REQUEST)
                 .max_encoding_message_size(cosi::client::MAX_MESSAGE),
         )
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await?;
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal);
+    // A graceful stop waits for open streams, and watches never end by themselves: give
+    // in-flight calls a moment, then stop. Every acknowledged write is already persisted, and
+    // watching clients resume from their bookmarks.
+    tokio::select! {
+        result = server => result?,
+        _ = async {
+            let _ = stopping.wait_for(|s| *s).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::info!("stopping with watches still open"),
+    }
     Ok(())
 }
+
+/// How long a stopping stated waits for calls in flight.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Runs stated: opens the store, binds the socket, serves until `shutdown`.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
