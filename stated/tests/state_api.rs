@@ -557,7 +557,12 @@ async fn after_a_reboot_a_watch_relists_and_reports_what_changed() {
     let c = h.client.clone();
     c.create(&res(NS, T, "a", "1"), "").await.unwrap();
     c.create(&res(NS, T, "b", "1"), "").await.unwrap();
-    let mut w = c.watch(WatchSpec { namespace: NS.into(), r#type: T.into(), bootstrap: true, ..Default::default() });
+    let mut w = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        bootstrap: true,
+        ..Default::default()
+    });
     assert_eq!(next(&mut w).await.kind, EventKind::Created);
     assert_eq!(next(&mut w).await.kind, EventKind::Created);
     assert_eq!(next(&mut w).await.kind, EventKind::Bootstrapped);
@@ -578,7 +583,9 @@ async fn after_a_reboot_a_watch_relists_and_reports_what_changed() {
         match (e.kind, e.resource.metadata.id.as_str()) {
             (EventKind::Destroyed, "a") => a_destroyed = true,
             (EventKind::Destroyed, "b") => b_new = false,
-            (EventKind::Created | EventKind::Updated, "b") if value(&e.resource) == "2" => b_new = true,
+            (EventKind::Created | EventKind::Updated, "b") if value(&e.resource) == "2" => {
+                b_new = true
+            }
             other => panic!("unexpected event {other:?}"),
         }
     }

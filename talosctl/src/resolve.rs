@@ -46,7 +46,10 @@ pub async fn resolve(client: &Client, name: &str, namespace: Option<&str>) -> an
     // (the node's definitions win).
     let mut definitions = definitions;
     for rd in machinery::resources::definitions() {
-        if !definitions.iter().any(|d| d.resource_type == rd.resource_type) {
+        if !definitions
+            .iter()
+            .any(|d| d.resource_type == rd.resource_type)
+        {
             definitions.push(rd);
         }
     }

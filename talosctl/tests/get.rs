@@ -441,6 +441,9 @@ async fn compiled_in_definitions_resolve_types_nobody_registered() {
     .expect("encode");
     h.client.create(&mc, "").await.expect("create");
     let out = stdout(&talosctl(&h.socket, &["get", "mc", "-o", "yaml"]).await);
-    assert!(out.contains("type: MachineConfigs.config.talos.dev"), "{out}");
+    assert!(
+        out.contains("type: MachineConfigs.config.talos.dev"),
+        "{out}"
+    );
     assert!(out.contains("version: v1alpha1"), "{out}");
 }
