@@ -13,6 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // prost's codec answers an undecodable request (a string that is not UTF-8, a
+        // truncated field) with INTERNAL; ours says what it is: INVALID_ARGUMENT.
+        .codec_path("crate::codec::Codec")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -451,6 +451,62 @@ impl Client {
         }
     }
 
+    /// Writes resource definitions as `owner`: each one is created, or updated when the stored
+    /// one differs (a newer build of the daemon); equal ones are left alone. An unavailable
+    /// stated stops at once (for the caller to retry); a refused definition does not keep the
+    /// others from being written, and the first refusal is returned at the end.
+    pub async fn define_types(
+        &self,
+        definitions: &[crate::definition::ResourceDefinition],
+        owner: &str,
+    ) -> Result<(), StateError> {
+        let mut first_error = None;
+        for def in definitions {
+            match self.define_type(def, owner).await {
+                Ok(()) => {}
+                Err(e) if e.is_unavailable() => return Err(e),
+                Err(e) => {
+                    first_error.get_or_insert(StateError::new(
+                        e.kind(),
+                        format!("{}: {}", def.resource_type, e.message()),
+                    ));
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn define_type(
+        &self,
+        def: &crate::definition::ResourceDefinition,
+        owner: &str,
+    ) -> Result<(), StateError> {
+        use crate::definition::{ResourceDefinition, META_NAMESPACE};
+        let raw = Resource::new(META_NAMESPACE, def.id(), def.clone())
+            .to_raw()
+            .map_err(spec_error)?;
+        match self.create(&raw, owner).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let cur = self
+            .get(META_NAMESPACE, ResourceDefinition::TYPE, &def.id())
+            .await?;
+        if crate::resource::decode_spec::<ResourceDefinition>(&cur.spec)
+            .ok()
+            .as_ref()
+            == Some(def)
+        {
+            return Ok(());
+        }
+        let mut next = raw;
+        next.metadata.version = cur.metadata.version;
+        self.update(&next, &cur.metadata.owner, None)
+            .await
+            .map(drop)
+    }
+
     /// Starts a watch. Events arrive in order; the watch reconnects and resumes by itself.
     pub fn watch(&self, spec: WatchSpec) -> Watch {
         let (tx, rx) = mpsc::channel(64);
@@ -588,12 +644,30 @@ async fn run_watch(
     tx: mpsc::Sender<Result<Vec<Event>, StateError>>,
 ) {
     let mut seen = Seen::default();
-    let mut bookmark: Option<Vec<u8>> = None;
+    // Where to resume. Bootstrap contents and a single watch's first event carry no bookmark
+    // (COSI), so until a live event (or BOOTSTRAPPED, or a NOOP) arrives, a reconnect relists.
+    let mut bookmark: Option<Vec<u8>> = spec.start_from_bookmark.clone();
+    // Whether the consumer has its initial view: the whole bootstrap up to BOOTSTRAPPED. A cut
+    // before it relists and then delivers the rest of the contents and the BOOTSTRAPPED.
+    let mut bootstrapped = !(spec.bootstrap && spec.id.is_none());
+    // A plain kind watch asks for a NOOP with the starting bookmark (dropped unless the
+    // consumer asked for it), so that a cut before the first event still resumes exactly.
+    let wants_noop = spec.bootstrap_bookmark;
+    let plain_kind = spec.id.is_none()
+        && !spec.bootstrap
+        && spec.tail_events == 0
+        && spec.start_from_bookmark.is_none();
     let mut relisting = false;
     let mut first = true;
     let mut backoff = Duration::from_millis(50);
     loop {
         let mut req = spec.clone();
+        if first && plain_kind {
+            req.bootstrap_bookmark = true;
+        }
+        if !first && (bookmark.is_none() || !bootstrapped) {
+            relisting = true;
+        }
         if !first {
             req.tail_events = 0;
             req.bootstrap_bookmark = false;
@@ -626,9 +700,6 @@ async fn run_watch(
                 continue;
             }
         };
-        if !first && !relisting && bookmark.is_none() {
-            // Nothing delivered yet and no bookmark: the fresh request above is the right one.
-        }
         let was_relisting = relisting;
         first = false;
         relisting = false;
@@ -670,6 +741,9 @@ async fn run_watch(
                 if let Some(b) = &ev.bookmark {
                     bookmark = Some(b.clone());
                 }
+                if ev.kind == EventKind::Noop && !wants_noop {
+                    continue;
+                }
                 if let Some(list) = relist.as_mut() {
                     match ev.kind {
                         EventKind::Created if spec.id.is_none() => {
@@ -679,6 +753,11 @@ async fn run_watch(
                         EventKind::Bootstrapped => {
                             out.extend(diff_relist(&mut seen, &spec, std::mem::take(list)));
                             relist = None;
+                            if !bootstrapped {
+                                // The first bootstrap was cut: its rest came from this relist.
+                                bootstrapped = true;
+                                out.push(ev);
+                            }
                             continue;
                         }
                         _ if spec.id.is_some() => {
@@ -703,6 +782,9 @@ async fn run_watch(
                         }
                         _ => {}
                     }
+                }
+                if ev.kind == EventKind::Bootstrapped {
+                    bootstrapped = true;
                 }
                 seen.record(&ev);
                 out.push(ev);

@@ -134,6 +134,26 @@ impl ResourceDefinition {
         self
     }
 
+    /// Removes aliases (explicit or automatic), e.g. an automatic acronym that another
+    /// owner's type has already: stated refuses a definition that takes another owner's name.
+    #[must_use]
+    pub fn without_aliases(mut self, aliases: &[&str]) -> Self {
+        self.aliases.retain(|a| !aliases.contains(&a.as_str()));
+        self.all_aliases.retain(|a| !aliases.contains(&a.as_str()));
+        self
+    }
+
+    /// Every name this type answers to, lowercase: type, display type and aliases (what
+    /// stated keeps from being taken by another owner's definition).
+    pub fn names(&self) -> std::collections::BTreeSet<String> {
+        std::iter::once(&self.resource_type)
+            .chain(std::iter::once(&self.display_type))
+            .chain(&self.aliases)
+            .chain(&self.all_aliases)
+            .map(|n| n.to_lowercase())
+            .collect()
+    }
+
     /// Adds print columns `(name, json_path)`.
     #[must_use]
     pub fn with_columns(mut self, columns: &[(&str, &str)]) -> Self {

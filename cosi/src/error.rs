@@ -133,8 +133,39 @@ impl StateError {
             ErrorKind::Overrun => Code::ResourceExhausted,
             ErrorKind::Other => Code::Unknown,
         };
-        tonic::Status::new(code, self.message.clone())
+        tonic::Status::new(code, bounded(&self.message, MAX_STATUS_MESSAGE))
     }
+}
+
+/// Longest error message sent on the wire: it travels in an HTTP/2 trailer, which clients
+/// limit (a message echoing a 1 MiB ID would make the client fail on the trailer instead of
+/// reporting the error).
+pub const MAX_STATUS_MESSAGE: usize = 2048;
+
+/// `s` cut to at most `max` bytes on a character boundary, with how much was left out.
+pub fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max.saturating_sub(40);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes more)", &s[..end], s.len() - end)
+}
+
+/// Client input quoted in an error message: debug-quoted, at most about 80 characters, with
+/// its length when cut.
+pub fn quoted(s: &str) -> String {
+    const MAX: usize = 80;
+    if s.len() <= MAX {
+        return format!("{s:?}");
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}… ({} bytes)", &s[..end], s.len())
 }
 
 /// Messages of owner conflicts start with this, so a client can tell them from access denials.
@@ -213,6 +244,21 @@ impl fmt::Display for Chain<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_on_the_wire_are_bounded() {
+        let long = "é".repeat(600_000);
+        let st = StateError::new(ErrorKind::InvalidArgument, format!("id {long}")).to_status();
+        assert!(
+            st.message().len() <= MAX_STATUS_MESSAGE,
+            "{}",
+            st.message().len()
+        );
+        assert!(st.message().ends_with("bytes more)"));
+        let q = quoted(&long);
+        assert!(q.len() < 200 && q.contains("(1200000 bytes)"), "{q}");
+        assert_eq!(quoted("eth0"), "\"eth0\"");
+    }
 
     #[test]
     fn matrix_round_trips() {

@@ -274,6 +274,7 @@ async fn boot(
             rest.push((d, launch));
         }
     }
+    define_types(&client).await;
     seed_config(&client, &config).await;
     tokio::spawn(
         publish::Publisher {
@@ -305,6 +306,29 @@ async fn boot(
     tracing::info!(daemons = order.len(), "every daemon is started");
 }
 
+/// Defines the types of the namespaces init writes (`runtime`, and `config`, which it seeds),
+/// before any other daemon runs: their names are then taken, and stated refuses any daemon a
+/// definition that reuses them (so nothing can make `talosctl get machineconfig` resolve to a
+/// planted type). Retried while stated does not answer.
+async fn define_types(client: &cosi::Client) {
+    let mut defs = vec![MachineConfigSpec::definition()];
+    defs.extend(machinery::resources::runtime::definitions());
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match client.define_types(&defs, "init").await {
+            Ok(()) => return,
+            Err(e) if e.is_unavailable() => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot define the runtime and config types");
+                return;
+            }
+        }
+    }
+}
+
 /// stated's socket: the held listening socket's path, or the `--socket` argument.
 fn broker_socket(broker: &manifest::Daemon) -> PathBuf {
     if let Some(l) = &broker.listen {
@@ -321,7 +345,7 @@ fn broker_socket(broker: &manifest::Daemon) -> PathBuf {
 
 /// How to run a daemon of the manifest.
 pub fn launch_of(
-    manifest: &Manifest,
+    m: &Manifest,
     d: &manifest::Daemon,
     profiles_dir: &Path,
     listen: Option<Arc<OwnedFd>>,
@@ -329,14 +353,14 @@ pub fn launch_of(
     Ok(supervisor::Launch {
         program: d.binary.clone(),
         args: d.args.clone(),
-        policy: d.policy(profiles_dir)?,
+        policy: manifest::policy(d, profiles_dir)?,
         readiness: d.readiness,
         listen,
         restart: d.restart.clone(),
         restart_always: true,
         stop_timeout: Duration::from_millis(d.stop_timeout_ms),
         ready_timeout: Duration::from_millis(d.ready_timeout_ms),
-        audit: Some(security::Audit::of(manifest, d)),
+        audit: Some(security::Audit::of(m, d)),
     })
 }
 

@@ -60,8 +60,8 @@ fn main() -> ExitCode {
         bin,
     };
     let manifest = match &args.manifest {
-        Some(p) => init::Manifest::load(p, &paths),
-        None => init::Manifest::parse(init::DEFAULT_MANIFEST, &paths),
+        Some(p) => init::manifest::load(p, &paths),
+        None => init::manifest::parse(init::DEFAULT_MANIFEST, &paths),
     };
     let manifest = match manifest {
         Ok(m) => m,

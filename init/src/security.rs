@@ -25,7 +25,7 @@ pub struct Audit {
 impl Audit {
     /// The audit of `daemon` in `manifest`.
     pub fn of(manifest: &Manifest, daemon: &Daemon) -> Audit {
-        let caps = daemon.capability_set().unwrap_or(CapSet::EMPTY);
+        let caps = crate::manifest::capability_set(daemon).unwrap_or(CapSet::EMPTY);
         Audit {
             declared: DeclaredSandbox {
                 uid: daemon.uid,

@@ -265,10 +265,9 @@ pub fn check_envelope(envelope: &Envelope, spec: &ServiceSpecSpec) -> Vec<String
             && !path
                 .components()
                 .any(|c| c == std::path::Component::ParentDir)
-            && envelope
-                .paths
-                .iter()
-                .any(|g| path.starts_with(&g.path) && covers(g.access, access));
+            && envelope.paths.iter().any(|g| {
+                path.starts_with(&g.path) && covers(crate::manifest::path_access(g.access), access)
+            });
         if !inside {
             why.push(format!(
                 "path {:?} ({}) is not in the envelope",
@@ -308,11 +307,11 @@ mod tests {
             paths: vec![
                 EnvelopePath {
                     path: "/usr".into(),
-                    access: PathAccess::Exec,
+                    access: crate::manifest::PathAccess::Exec,
                 },
                 EnvelopePath {
                     path: "/var/lib/etcd".into(),
-                    access: PathAccess::ReadWrite,
+                    access: crate::manifest::PathAccess::ReadWrite,
                 },
             ],
             uids: [2000, 2099],

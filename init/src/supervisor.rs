@@ -1,11 +1,12 @@
 //! Supervision: every daemon and requested service is a [`Unit`] run by its own task, which
 //! waits for the unit's dependencies, spawns it in its sandbox, waits for its readiness, and on
-//! its end restarts it with exponential backoff, until a crash loop or the permanent-failure
-//! exit code leaves it failed. Stop is SIGTERM to its process group, then SIGKILL after the
+//! its end restarts it with exponential backoff capped at the policy's maximum, forever: a
+//! daemon of the manifest is never given up on (a node without its broker is no node); only its
+//! own permanent-failure exit code leaves it failed. Stop is SIGTERM to its process group, then SIGKILL after the
 //! grace period. Commands (start, stop, restart) reach the task over a channel; its state is a
 //! `watch` that dependents, the publisher and the control API read.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -315,10 +316,9 @@ async fn run_unit(
         return;
     };
     let mut want_up = start;
-    let mut failures: VecDeque<Instant> = VecDeque::new();
     let initial = Duration::from_millis(launch.restart.backoff_ms.max(1));
     let max = Duration::from_millis(launch.restart.max_backoff_ms.max(1));
-    let window = Duration::from_millis(launch.restart.window_ms);
+    let healthy_run = Duration::from_millis(launch.restart.reset_after_ms);
     let mut backoff = initial;
     let mut started_once = false;
     let mut pending_ack: Option<oneshot::Sender<()>> = None;
@@ -341,7 +341,6 @@ async fn run_unit(
                         continue;
                     }
                     want_up = true;
-                    failures.clear();
                     backoff = initial;
                     pending_ack = Some(ack);
                     set(&unit, &sup, |s| {
@@ -479,31 +478,14 @@ async fn run_unit(
                     });
                     continue;
                 }
-                // A run that was ready for a whole window was not part of a crash loop.
-                if ready_for.is_some_and(|d| d >= window.min(Duration::from_secs(10))) {
-                    failures.clear();
+                // A run that was ready long enough was healthy: back off from the start again.
+                // Otherwise the delay doubles up to its cap, and the unit is restarted forever.
+                if ready_for.is_some_and(|d| d >= healthy_run) {
                     backoff = initial;
                 }
-                let now = Instant::now();
-                failures.push_back(now);
-                while failures
-                    .front()
-                    .is_some_and(|t| now.duration_since(*t) > window)
-                {
-                    failures.pop_front();
-                }
-                if failures.len() >= launch.restart.limit as usize {
-                    want_up = false;
-                    let n = failures.len();
-                    set(&unit, &sup, |s| {
-                        s.state = ServiceState::Failed;
-                        s.message = format!(
-                            "crash loop: {n} failures within {} s (last: {last}); not restarted",
-                            window.as_secs()
-                        );
-                    });
-                    tracing::error!(unit = %unit.id, failures = n, "crash loop: left failed");
-                    continue;
+                if backoff == max {
+                    tracing::warn!(unit = %unit.id, exit = %last,
+                        "failing repeatedly; restarting every {} ms", max.as_millis());
                 }
                 set(&unit, &sup, |s| {
                     s.state = ServiceState::Waiting;

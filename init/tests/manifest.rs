@@ -7,7 +7,7 @@
 use init::manifest::{allowed_capabilities, check_inputs, check_outputs};
 
 fn manifest() -> init::Manifest {
-    init::Manifest::parse(
+    init::manifest::parse(
         init::DEFAULT_MANIFEST,
         &init::Paths {
             root: "/".into(),
@@ -38,7 +38,7 @@ fn networkd_controllers_write_only_its_namespaces_and_read_only_what_it_may() {
 fn no_daemon_holds_a_capability_outside_its_allow_list() {
     let m = manifest();
     for d in &m.daemons {
-        let caps = d.capability_set().unwrap();
+        let caps = init::manifest::capability_set(d).unwrap();
         assert!(
             caps.is_subset(allowed_capabilities(&d.name)),
             "{}: {caps}",
@@ -46,17 +46,12 @@ fn no_daemon_holds_a_capability_outside_its_allow_list() {
         );
     }
     assert_eq!(
-        m.daemon("networkd")
-            .unwrap()
-            .capability_set()
+        init::manifest::capability_set(m.daemon("networkd").unwrap())
             .unwrap()
             .names(),
         ["CAP_NET_BIND_SERVICE", "CAP_NET_ADMIN", "CAP_NET_RAW"]
     );
-    assert!(m
-        .daemon("stated")
-        .unwrap()
-        .capability_set()
+    assert!(init::manifest::capability_set(m.daemon("stated").unwrap())
         .unwrap()
         .is_empty());
 }
@@ -86,6 +81,42 @@ fn a_daemon_writing_outside_its_namespaces_is_caught() {
 #[test]
 fn stated_accepts_the_manifest_init_hands_it() {
     let m = manifest();
-    let parsed = stated::Manifest::parse(&m.text).unwrap();
+    let parsed = stated::Manifest::parse_substituted(&m.text).unwrap();
     assert_eq!(parsed.daemons.len(), m.daemons.len());
+}
+
+/// stated refuses a definition that takes a name another owner's definition has: the types of
+/// stated, init and networkd must not share any name, or one of them would not be defined.
+#[test]
+fn no_two_owners_define_the_same_name() {
+    use cosi::ResourceSpec;
+    let mut init_defs = vec![machinery::resources::config::MachineConfigSpec::definition()];
+    init_defs.extend(machinery::resources::runtime::definitions());
+    let owners = [
+        (
+            "stated",
+            vec![
+                cosi::ResourceDefinition::definition(),
+                cosi::NamespaceSpec::definition(),
+            ],
+        ),
+        ("init", init_defs),
+        ("networkd", networkd::run::definitions()),
+    ];
+    for (i, (a, defs_a)) in owners.iter().enumerate() {
+        for (b, defs_b) in &owners[i + 1..] {
+            for x in defs_a {
+                for y in defs_b {
+                    let shared: Vec<String> =
+                        x.names().intersection(&y.names()).cloned().collect();
+                    assert!(
+                        shared.is_empty(),
+                        "{a}'s {} and {b}'s {} share {shared:?}",
+                        x.resource_type,
+                        y.resource_type
+                    );
+                }
+            }
+        }
+    }
 }

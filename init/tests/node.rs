@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use cosi::{Query, ResourceSpec};
 use init::testing::{Node, NodeMode, TestDaemon};
+use machinery::manifest::node_uid;
 use machinery::resources::network::HostnameStatusSpec;
 use machinery::resources::runtime::{DaemonSecuritySpec, ServiceSpecSpec, ServiceStatusSpec};
 use sandbox::{CapSet, SeccompMode};
@@ -58,8 +59,9 @@ fn uts_ns(pid: &str) -> std::path::PathBuf {
     std::fs::read_link(format!("/proc/{pid}/ns/uts")).unwrap()
 }
 
-fn testd(name: &str, uid: u32, ns: &str) -> TestDaemon {
-    TestDaemon::new(name, uid, ns)
+/// A test daemon whose uid is `offset` into the node's uid range.
+fn testd(name: &str, offset: u32, ns: &str) -> TestDaemon {
+    TestDaemon::new(name, node_uid(offset), ns)
 }
 
 /// (namespace, type, id) → (created, owner) of every resource in `namespaces`, over every type
@@ -141,7 +143,7 @@ async fn every_thread_of_every_daemon_has_its_uid_exactly_its_capabilities_nnp_a
     let builder = Node::builder().daemon(testd("test-a", 1100, "test-a"));
     let manifest_text = builder.manifest();
     let node = builder.start();
-    let manifest = init::Manifest::parse(
+    let manifest = init::manifest::parse(
         &manifest_text,
         &init::Paths {
             root: node.root.clone(),
@@ -153,7 +155,7 @@ async fn every_thread_of_every_daemon_has_its_uid_exactly_its_capabilities_nnp_a
     let list = node.wait_healthy(&names, T).await;
     for name in names {
         let d = manifest.daemon(name).unwrap();
-        let caps: CapSet = d.capability_set().unwrap();
+        let caps: CapSet = init::manifest::capability_set(d).unwrap();
         let pid = list.iter().find(|s| s.id == name).unwrap().pid;
         let host = node.host_pid(pid).unwrap();
         let observed = sandbox::observe(host).unwrap();
@@ -281,9 +283,12 @@ async fn kill_9_of_each_daemon_restarts_it_and_the_node_converges_with_nothing_l
     }
 }
 
+/// A daemon of the manifest is never given up on (issue: five kills of stated within 60 s left
+/// the node without its broker): a crash-looping daemon is restarted forever with capped
+/// backoff, stated comes back after every one of many kill -9 in a row, and only the
+/// permanent-failure exit code leaves a daemon failed.
 #[tokio::test]
-async fn a_crash_loop_and_the_permanent_failure_code_leave_a_daemon_failed_and_the_others_running()
-{
+async fn a_crash_looping_daemon_is_restarted_forever_and_only_exit_78_stops_one() {
     require_root!();
     let _one = NODES.lock().await;
     let node = Node::builder()
@@ -291,58 +296,52 @@ async fn a_crash_loop_and_the_permanent_failure_code_leave_a_daemon_failed_and_t
         .daemon(
             testd("crasher", 1101, "test-crash")
                 .args(&["--exit", "1"])
-                .extra(
-                    "    restart: {backoffMs: 20, maxBackoffMs: 200, limit: 4, windowMs: 60000}\n",
-                ),
+                .extra("    restart: {backoffMs: 20, maxBackoffMs: 100}\n"),
         )
         .daemon(testd("quitter", 1102, "test-quit").args(&["--exit", "78"]))
         .start();
     let healthy = ["stated", "networkd", "test-a"];
-    let first = node.wait_healthy(&healthy, T).await;
+    node.wait_healthy(&healthy, T).await;
     let list = node
-        .wait_until("crasher and quitter failed", T, |l| {
-            l.iter().any(|s| s.id == "crasher" && s.state == "failed")
+        .wait_until("crasher restarted many times, quitter failed", T, |l| {
+            l.iter().any(|s| s.id == "crasher" && s.restarts >= 12)
                 && l.iter().any(|s| s.id == "quitter" && s.state == "failed")
         })
         .await;
     let crasher = list.iter().find(|s| s.id == "crasher").unwrap();
-    assert!(crasher.message.contains("crash loop"), "{crasher:?}");
-    assert_eq!(crasher.restarts, 3, "limit 4: the 4th failure ends it");
+    assert_ne!(crasher.state, "failed", "{crasher:?}");
     assert_eq!(crasher.last_exit, "exit 1");
     let quitter = list.iter().find(|s| s.id == "quitter").unwrap();
     assert!(quitter.message.contains("permanent failure"), "{quitter:?}");
     assert_eq!(quitter.restarts, 0, "exit 78 is never restarted");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let now = node.list().await.unwrap();
-    for id in healthy {
-        let (a, b) = (
-            first.iter().find(|s| s.id == id).unwrap(),
-            now.iter().find(|s| s.id == id).unwrap(),
-        );
-        assert!(b.healthy, "{id} still runs");
-        assert_eq!((a.pid, b.restarts), (b.pid, 0), "{id} was never restarted");
+
+    // stated, killed eight times in a row: back every time, never left failed.
+    let networkd = node.service("networkd").await.unwrap();
+    for round in 0..8 {
+        let old = node.service("stated").await.unwrap();
+        let host = node.host_pid(old.pid).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(host),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let l = node
+            .wait_until(&format!("stated back after kill {round}"), T, |l| {
+                l.iter()
+                    .any(|s| s.id == "stated" && s.healthy && s.pid != old.pid)
+            })
+            .await;
+        let st = l.iter().find(|s| s.id == "stated").unwrap();
+        assert_ne!(st.state, "failed");
     }
-    // The failure is visible in stated too.
-    let status = node
-        .state()
-        .get_typed::<ServiceStatusSpec>("runtime", "crasher")
-        .await
-        .unwrap();
-    assert_eq!(
-        status.spec.state,
-        machinery::resources::runtime::ServiceState::Failed
-    );
-    // The operator can try again: start resets the crash-loop count.
-    let mut control = node.control();
-    control
-        .start(proto::init::ServiceRequest {
-            id: "crasher".into(),
-        })
-        .await
-        .unwrap();
-    node.wait_until("crasher failed again", T, |l| {
+    // The other daemons rode it out without a restart of their own.
+    let now = node.service("networkd").await.unwrap();
+    assert_eq!((now.pid, now.restarts), (networkd.pid, networkd.restarts));
+    // The crasher is still being restarted.
+    let before = node.service("crasher").await.unwrap().restarts;
+    node.wait_until("crasher still restarted", T, |l| {
         l.iter()
-            .any(|s| s.id == "crasher" && s.state == "failed" && s.restarts > 3)
+            .any(|s| s.id == "crasher" && s.restarts > before && s.state != "failed")
     })
     .await;
 }
@@ -376,7 +375,7 @@ const ENVELOPE: &str = "    envelope:
         - {path: /usr, access: exec}
         - {path: /lib64, access: exec}
         - {path: /etc/ld.so.cache, access: read-only}
-      uids: [2000, 2099]
+      uids: [1990002000, 1990002099]
       profiles: [service]
 ";
 
@@ -384,7 +383,7 @@ const ENVELOPE: &str = "    envelope:
 async fn a_requested_service_runs_sandboxed_within_the_envelope_and_one_asking_more_is_refused() {
     require_root!();
     let _one = NODES.lock().await;
-    let spec = serde_json::to_string(&sleep_spec(2000)).unwrap();
+    let spec = serde_json::to_string(&sleep_spec(node_uid(2000))).unwrap();
     let node = Node::builder()
         .without_networkd()
         .daemon(
@@ -406,7 +405,7 @@ async fn a_requested_service_runs_sandboxed_within_the_envelope_and_one_asking_m
     assert_eq!(exe, std::path::PathBuf::from("/usr/bin/sleep"));
     let observed = sandbox::observe(host).unwrap();
     for t in &observed.threads {
-        assert_eq!(t.uid.all(), [2000; 4]);
+        assert_eq!(t.uid.all(), [node_uid(2000); 4]);
         assert!(t.cap_effective.is_empty() && t.cap_bounding.is_empty());
         assert!(t.no_new_privs);
         assert_eq!(t.seccomp, SeccompMode::Filter);

@@ -1,4 +1,5 @@
 //! Typed talos-rs resources of every namespace ([`resources`]) and the v1alpha1 machine
 //! configuration ([`config`]), shared by the daemons and talosctl.
 pub mod config;
+pub mod manifest;
 pub mod resources;

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cosi::{ErrorKind, Resource, ResourceDefinition, ResourceSpec, META_NAMESPACE};
+use cosi::{ResourceDefinition, ResourceSpec};
 
 use crate::controllers;
 
@@ -82,33 +82,23 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
     result
 }
 
-/// Writes the resource definitions of the network types, retrying while stated is unreachable;
-/// definitions that exist are left as they are.
+/// Writes the resource definitions of the network types (created, or updated when they
+/// differ), retrying while stated is unreachable. A refusal (the manifest does not let
+/// networkd define a type) is logged once and not retried.
 async fn define_types(client: cosi::Client) {
     let mut backoff = Duration::from_millis(100);
-    let mut pending = definitions();
-    while !pending.is_empty() {
-        let mut failed = Vec::new();
-        for def in pending {
-            let raw = match Resource::new(META_NAMESPACE, def.id(), def.clone()).to_raw() {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %cosi::error::Chain(&e), "cannot encode a definition");
-                    continue;
-                }
-            };
-            match client.create(&raw, "networkd").await {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(e) if e.is_unavailable() => failed.push(def),
-                Err(e) => tracing::warn!(r#type = %def.resource_type,
-                    error = %cosi::error::Chain(&e), "cannot define resource type"),
+    let definitions = definitions();
+    loop {
+        match client.define_types(&definitions, "networkd").await {
+            Ok(()) => break,
+            Err(e) if e.is_unavailable() => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
-        }
-        pending = failed;
-        if !pending.is_empty() {
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot define the network resource types");
+                break;
+            }
         }
     }
     tracing::debug!("resource definitions written");

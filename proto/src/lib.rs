@@ -2,6 +2,8 @@
 //! COSI: same package, service, message names, field numbers and enum values.
 #![allow(missing_docs, clippy::all)]
 
+pub mod codec;
+
 /// `cosi.resource`: resources, events and the State service.
 pub mod resource {
     tonic::include_proto!("cosi.resource");

@@ -385,28 +385,16 @@ pub fn plan(inputs: &Inputs) -> Result<Image, Error> {
 
 /// The daemons of a manifest: (name, uid, gid).
 fn manifest_users(manifest: &str) -> Result<Vec<(String, u64, u64)>, Error> {
-    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(manifest)
-        .map_err(|e| Error::Invalid(format!("the daemon manifest is not YAML: {e}")))?;
-    let mut out = Vec::new();
-    for d in doc
-        .get("daemons")
-        .and_then(|d| d.as_sequence())
-        .into_iter()
-        .flatten()
-    {
-        let name = d.get("name").and_then(|v| v.as_str());
-        let uid = d.get("uid").and_then(|v| v.as_u64());
-        let gid = d.get("gid").and_then(|v| v.as_u64()).or(uid);
-        match (name, uid, gid) {
-            (Some(n), Some(u), Some(g)) => out.push((n.to_string(), u, g)),
-            _ => {
-                return Err(Error::Invalid(
-                    "a daemon of the manifest has no name or uid".into(),
-                ))
-            }
-        }
-    }
-    Ok(out)
+    let paths = machinery::manifest::Paths {
+        root: "/".into(),
+        bin: "/usr/bin".into(),
+    };
+    let m = machinery::manifest::Manifest::parse(manifest, &paths)
+        .map_err(|e| Error::Invalid(format!("the daemon manifest: {}", cosi::error::Chain(&e))))?;
+    Ok(m.daemons
+        .iter()
+        .map(|d| (d.name.clone(), u64::from(d.uid), u64::from(d.gid)))
+        .collect())
 }
 
 /// The shared libraries a dynamically linked program loads, as `ldd` resolves them on this
@@ -546,7 +534,9 @@ mod tests {
     fn manifest_users_are_read_from_the_shipped_manifest() {
         let text = std::fs::read_to_string(source_dir().join("etc/daemons.yaml")).unwrap();
         let users = manifest_users(&text).unwrap();
-        assert!(users.iter().any(|(n, u, _)| n == "stated" && *u == 1000));
+        assert!(users
+            .iter()
+            .any(|(n, u, _)| n == "stated" && *u == u64::from(machinery::manifest::node_uid(10))));
         assert!(users.iter().any(|(n, _, _)| n == "networkd"));
     }
 

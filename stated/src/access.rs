@@ -5,143 +5,14 @@
 //! daemon its uid, the namespaces it writes (each namespace has exactly one writer) and those it
 //! reads. Everything else is `PermissionDenied`.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::collections::BTreeSet;
 
 use cosi::definition::META_NAMESPACE;
 use cosi::error::{ErrorKind, StateError};
-use serde::Deserialize;
 
-/// The parts of the daemon manifest that stated uses. Other keys of the manifest (binary,
-/// capabilities, sandbox rules) belong to init and are ignored here.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct Manifest {
-    /// Declared namespaces.
-    #[serde(default)]
-    pub namespaces: Vec<NamespaceDecl>,
-    /// Daemons.
-    #[serde(default)]
-    pub daemons: Vec<DaemonDecl>,
-}
-
-/// A namespace of the node.
-#[derive(Clone, Debug, Deserialize)]
-pub struct NamespaceDecl {
-    /// Name, e.g. `network`.
-    pub name: String,
-    /// What it holds.
-    #[serde(default)]
-    pub description: String,
-    /// Survives reboot (written to the state directory).
-    #[serde(default)]
-    pub durable: bool,
-}
-
-/// A daemon's identity and namespace access.
-#[derive(Clone, Debug, Deserialize)]
-pub struct DaemonDecl {
-    /// Name, e.g. `networkd`.
-    pub name: String,
-    /// Its fixed uid.
-    pub uid: u32,
-    /// Namespaces it writes (it is their only writer).
-    #[serde(default)]
-    pub writes: Vec<String>,
-    /// Namespaces it reads besides those it writes and `meta`.
-    #[serde(default)]
-    pub reads: Vec<String>,
-}
-
-/// Errors of a manifest.
-#[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
-    /// The file could not be read.
-    #[error("cannot read manifest {path}")]
-    Read {
-        /// Path.
-        path: String,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The YAML did not parse.
-    #[error("cannot parse manifest")]
-    Parse(#[source] serde_yaml_ng::Error),
-    /// The manifest contradicts itself.
-    #[error("invalid manifest:\n{}", .0.join("\n"))]
-    Invalid(Vec<String>),
-}
-
-impl Manifest {
-    /// Loads and checks a manifest file.
-    pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(&text)
-    }
-
-    /// Parses and checks a manifest.
-    pub fn parse(text: &str) -> Result<Self, ManifestError> {
-        let m: Manifest = serde_yaml_ng::from_str(text).map_err(ManifestError::Parse)?;
-        m.check()?;
-        Ok(m)
-    }
-
-    fn check(&self) -> Result<(), ManifestError> {
-        let mut problems = Vec::new();
-        let declared: BTreeSet<&str> = self.namespaces.iter().map(|n| n.name.as_str()).collect();
-        if declared.len() != self.namespaces.len() {
-            problems.push("a namespace is declared twice".to_string());
-        }
-        for n in &self.namespaces {
-            if let Err(e) = check_name("namespace", &n.name) {
-                problems.push(e.message().to_string());
-            }
-        }
-        let mut writer: BTreeMap<&str, &str> = BTreeMap::new();
-        let mut uids = BTreeSet::new();
-        for d in &self.daemons {
-            if d.uid == 0 {
-                problems.push(format!(
-                    "daemon {}: uid 0 is reserved for the administrator",
-                    d.name
-                ));
-            }
-            if !uids.insert(d.uid) {
-                problems.push(format!("daemon {}: uid {} is used twice", d.name, d.uid));
-            }
-            for ns in d.writes.iter().chain(&d.reads) {
-                if !declared.contains(ns.as_str()) {
-                    problems.push(format!(
-                        "daemon {}: namespace {ns:?} is not declared",
-                        d.name
-                    ));
-                }
-            }
-            for ns in &d.writes {
-                if ns == META_NAMESPACE {
-                    problems.push(format!(
-                        "daemon {}: only stated writes {META_NAMESPACE}",
-                        d.name
-                    ));
-                }
-                if let Some(other) = writer.insert(ns, &d.name) {
-                    problems.push(format!(
-                        "namespace {ns:?} has two writers: {other} and {}",
-                        d.name
-                    ));
-                }
-            }
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(ManifestError::Invalid(problems))
-        }
-    }
-}
+/// The daemon manifest (declared once, in machinery): stated uses its namespaces and, per
+/// daemon, the uid, the namespaces written and read and the type groups it may define.
+pub use machinery::manifest::{Manifest, ManifestError};
 
 /// Validates a namespace, type or ID component: non-empty, bounded, no control characters; for
 /// namespaces also no `/` (they name files of durable namespaces).
@@ -150,7 +21,11 @@ pub fn check_name(what: &str, s: &str) -> Result<(), StateError> {
     let bad = if s.is_empty() {
         Some("is empty")
     } else if s.len() > max {
-        Some("is too long")
+        Some(if what == "id" {
+            "is longer than 1024 bytes"
+        } else {
+            "is longer than 256 bytes"
+        })
     } else if s.chars().any(char::is_control) {
         Some("contains control characters")
     } else if what == "namespace" && (s.contains('/') || s.starts_with('.')) {
@@ -161,7 +36,7 @@ pub fn check_name(what: &str, s: &str) -> Result<(), StateError> {
     match bad {
         Some(b) => Err(StateError::new(
             ErrorKind::InvalidArgument,
-            format!("{what} {s:?} {b}"),
+            format!("{what} {} {b}", cosi::error::quoted(s)),
         )),
         None => Ok(()),
     }
@@ -180,6 +55,8 @@ pub enum Peer {
         writes: BTreeSet<String>,
         /// Namespaces it reads (including those it writes and `meta`).
         reads: BTreeSet<String>,
+        /// Resource type groups it may define in `meta` (`net.talos.dev`).
+        defines: BTreeSet<String>,
     },
     /// Anyone else.
     Stranger(u32),
@@ -221,10 +98,7 @@ impl Policy {
     /// Whether `namespace` is durable.
     pub fn is_durable(&self, namespace: &str) -> bool {
         match &self.manifest {
-            Some(m) => m
-                .namespaces
-                .iter()
-                .any(|n| n.name == namespace && n.durable),
+            Some(m) => m.namespace(namespace).is_some_and(|n| n.durable),
             None => namespace == "config",
         }
     }
@@ -235,11 +109,7 @@ impl Policy {
             Some(0) => Peer::Admin,
             None => Peer::Stranger(u32::MAX),
             Some(uid) => {
-                let Some(d) = self
-                    .manifest
-                    .as_ref()
-                    .and_then(|m| m.daemons.iter().find(|d| d.uid == uid))
-                else {
+                let Some(d) = self.manifest.as_ref().and_then(|m| m.daemon_by_uid(uid)) else {
                     return Peer::Stranger(uid);
                 };
                 let writes: BTreeSet<String> = d.writes.iter().cloned().collect();
@@ -250,6 +120,7 @@ impl Policy {
                     name: d.name.clone(),
                     writes,
                     reads,
+                    defines: d.defines.iter().cloned().collect(),
                 }
             }
         }
@@ -259,7 +130,7 @@ impl Policy {
     pub fn check(&self, peer: &Peer, namespace: &str, access: Access) -> Result<(), StateError> {
         check_name("namespace", namespace)?;
         if let Some(m) = &self.manifest {
-            if namespace != META_NAMESPACE && !m.namespaces.iter().any(|n| n.name == namespace) {
+            if namespace != META_NAMESPACE && m.namespace(namespace).is_none() {
                 return Err(StateError::new(
                     ErrorKind::InvalidArgument,
                     format!("namespace {namespace:?} is not declared on this node"),
@@ -304,14 +175,16 @@ namespaces:
   - {name: network}
   - {name: runtime}
 daemons:
-  - {name: networkd, uid: 1002, writes: [network], reads: [config]}
-  - {name: init, uid: 1001, writes: [runtime]}
+  - {name: stated, broker: true, binary: /s, uid: 1990000010, gid: 1990000010, seccomp: stated}
+  - {name: networkd, binary: /n, uid: 1990000011, gid: 1990000011, seccomp: networkd,
+     writes: [network], reads: [config], defines: [net.talos.dev]}
+  - {name: other, binary: /o, uid: 1990000012, gid: 1990000012, seccomp: o, writes: [runtime]}
 "#;
 
     #[test]
     fn policy() {
-        let p = Policy::with_manifest(Manifest::parse(M).unwrap());
-        let n = p.identify(Some(1002));
+        let p = Policy::with_manifest(Manifest::parse_substituted(M).unwrap());
+        let n = p.identify(Some(1990000011));
         assert!(p.check(&n, "network", Access::Write).is_ok());
         assert!(p.check(&n, "config", Access::Read).is_ok());
         assert!(p.check(&n, "meta", Access::Read).is_ok());
@@ -339,14 +212,9 @@ daemons:
     }
 
     #[test]
-    fn bad_manifest_lists_every_problem() {
-        let e = Manifest::parse(
-            "namespaces: [{name: a}]\ndaemons:\n - {name: x, uid: 0, writes: [a, b]}\n - {name: y, uid: 5, writes: [a]}\n",
-        )
-        .unwrap_err();
-        let s = e.to_string();
-        assert!(s.contains("uid 0"), "{s}");
-        assert!(s.contains("\"b\" is not declared"), "{s}");
-        assert!(s.contains("two writers"), "{s}");
+    fn long_names_are_not_echoed() {
+        let e = check_name("id", &"x".repeat(1 << 20)).unwrap_err();
+        assert!(e.message().len() < 200, "{}", e.message());
+        assert!(e.message().contains("longer than 1024 bytes"));
     }
 }

@@ -108,30 +108,44 @@ fn term(t: &proto::LabelTerm, labels: &BTreeMap<String, String>) -> bool {
     result != t.invert
 }
 
-/// An integer with an optional SI (`k`, `m`, ...) or IEC (`ki`, `mi`, ...) suffix.
-fn parse_numeric(s: &str) -> Option<i128> {
+/// A label value as COSI compares it numerically (`pkg/resource/internal/compare`): the leading
+/// run of digits and `-` as a 64-bit integer, then, after spaces, a unit of which only the first
+/// two letters (`ki`, `mi`, `gi`, `ti`, `pi`: powers of 1024) or the first letter (`k`, `m`, `g`,
+/// `t`, `p`: powers of 1000) count, case-insensitively: "10kg" is 10k, "4GiB" is 4Gi, "4GB" is
+/// 4G. Anything else after the number (another number, an unknown unit) is not numeric. The
+/// product wraps on overflow as upstream's `int64` does, so both sides compare alike.
+fn parse_numeric(s: &str) -> Option<i64> {
     let s = s.trim();
-    let lower = s.to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| c.is_ascii_alphabetic())
-        .unwrap_or(lower.len());
-    let (num, suffix) = lower.split_at(split);
-    let n: i128 = num.parse().ok()?;
-    let mult: i128 = match suffix {
-        "" => 1,
-        "k" => 1_000,
-        "m" => 1_000_000,
-        "g" => 1_000_000_000,
-        "t" => 1_000_000_000_000,
-        "p" => 1_000_000_000_000_000,
-        "ki" => 1 << 10,
-        "mi" => 1 << 20,
-        "gi" => 1 << 30,
-        "ti" => 1 << 40,
-        "pi" => 1 << 50,
-        _ => return None,
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return None;
+    }
+    let n: i64 = digits.parse().ok()?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let mult: i64 = if unit.is_empty() {
+        1
+    } else {
+        let two = unit.get(..2);
+        match two {
+            Some("ki") => 1 << 10,
+            Some("mi") => 1 << 20,
+            Some("gi") => 1 << 30,
+            Some("ti") => 1 << 40,
+            Some("pi") => 1 << 50,
+            _ => match unit.get(..1) {
+                Some("k") => 1_000,
+                Some("m") => 1_000_000,
+                Some("g") => 1_000_000_000,
+                Some("t") => 1_000_000_000_000,
+                Some("p") => 1_000_000_000_000_000,
+                _ => return None,
+            },
+        }
     };
-    n.checked_mul(mult)
+    Some(n.wrapping_mul(mult))
 }
 
 #[cfg(test)]
@@ -172,6 +186,27 @@ mod tests {
         // A comparison on a missing key is false, inverted or not.
         assert!(!term(&t("zz", Operation::Lt, &["5"], true), &l));
         assert!(term(&t("a", Operation::Lt, &["2"], false), &l));
+    }
+
+    #[test]
+    fn numeric_values_as_cosi_reads_them() {
+        // Upstream's own cases (compare_test.go) and the unit prefixes that conformance uses.
+        assert_eq!(parse_numeric("4GiB"), Some(4 << 30));
+        assert_eq!(parse_numeric("4GB"), Some(4_000_000_000));
+        assert_eq!(parse_numeric("10kg"), Some(10_000));
+        assert_eq!(parse_numeric(" 1 k"), Some(1_000));
+        assert_eq!(parse_numeric("-1 k"), Some(-1_000));
+        assert_eq!(parse_numeric("2000"), Some(2000));
+        assert_eq!(parse_numeric("1 1"), None);
+        assert_eq!(parse_numeric("1.1 k"), None);
+        assert_eq!(parse_numeric("1 i"), None);
+        assert_eq!(parse_numeric("k"), None);
+        assert_eq!(parse_numeric("1-2"), None);
+        let l = labels(&[("w", "10kg"), ("mem", "4GiB")]);
+        assert!(term(&t("w", Operation::LtNumeric, &["10001"], false), &l));
+        assert!(term(&t("w", Operation::LteNumeric, &["10k"], false), &l));
+        assert!(!term(&t("mem", Operation::LtNumeric, &["4GB"], false), &l));
+        assert!(term(&t("mem", Operation::LteNumeric, &["4Gi"], false), &l));
     }
 
     #[test]

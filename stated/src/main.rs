@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     let manifest = match args
         .manifest
         .as_deref()
-        .map(stated::Manifest::load)
+        .map(stated::Manifest::load_substituted)
         .transpose()
     {
         Ok(m) => m,

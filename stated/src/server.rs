@@ -19,6 +19,8 @@ use crate::store::{encode_bookmark, EventKind, Store};
 
 /// Events sent in one aggregated watch response at most.
 const WATCH_BATCH: usize = 256;
+/// Encoded size of one aggregated watch response at most (unless a single event is larger).
+const WATCH_BATCH_BYTES: usize = 1024 * 1024;
 /// Responses queued per watcher before its task waits for the client to read.
 const WATCH_QUEUE: usize = 16;
 
@@ -27,6 +29,9 @@ const WATCH_QUEUE: usize = 16;
 pub struct StateService {
     store: Arc<Store>,
     policy: Arc<Policy>,
+    /// Held across the name checks and the write of a resource definition, so that two
+    /// definitions cannot both pass the checks and then take the same name.
+    meta_writes: Arc<std::sync::Mutex<()>>,
 }
 
 type Stream_<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -42,7 +47,11 @@ fn invalid(msg: impl Into<String>) -> Status {
 impl StateService {
     /// A service over `store` with `policy`.
     pub fn new(store: Arc<Store>, policy: Arc<Policy>) -> Self {
-        Self { store, policy }
+        Self {
+            store,
+            policy,
+            meta_writes: Arc::new(std::sync::Mutex::new(())),
+        }
     }
 
     fn peer<T>(&self, req: &Request<T>) -> Peer {
@@ -54,57 +63,193 @@ impl StateService {
         self.policy.identify(uid)
     }
 
+    /// The `meta` write lock, for a write to `meta`.
+    fn lock_meta(&self, r: &RawResource) -> Option<std::sync::MutexGuard<'_, ()>> {
+        (r.metadata.namespace == META_NAMESPACE)
+            .then(|| self.meta_writes.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     fn check<T>(&self, req: &Request<T>, ns: &str, access: Access) -> Result<Peer, Status> {
         let peer = self.peer(req);
         self.policy.check(&peer, ns, access).map_err(status)?;
         Ok(peer)
     }
 
-    /// Writes to `meta`: admin only, except that a daemon may define the resource types of the
-    /// namespaces it writes (ResourceDefinitions whose default namespace is one of them).
-    fn check_write(&self, peer: &Peer, r: &RawResource) -> Result<(), Status> {
-        if r.metadata.namespace != META_NAMESPACE {
-            return self
-                .policy
-                .check(peer, &r.metadata.namespace, Access::Write)
-                .map_err(status);
+    /// Checks a Create or Update and returns the owner to store it under. Outside `meta` that
+    /// is the namespace's access rule and the owner the client sent.
+    ///
+    /// In `meta` (DESIGN.md §2, "type definitions are ownership too"): only definitions may be
+    /// written, by admin, or by a daemon defining a type of a group it `defines` whose default
+    /// namespace it writes; a daemon's definitions are owned by the daemon itself (its
+    /// kernel-verified name, whatever owner string it sends), so it may change only those it
+    /// created; and no definition may take a type name or alias that a definition of another
+    /// owner has, so nobody can make `talosctl get machineconfig` resolve to a type of theirs.
+    /// The caller holds `meta_writes` from here to the write.
+    fn check_write(
+        &self,
+        peer: &Peer,
+        r: &RawResource,
+        sent_owner: &str,
+        update: bool,
+    ) -> Result<String, Status> {
+        let md = &r.metadata;
+        if md.namespace != META_NAMESPACE {
+            self.policy
+                .check(peer, &md.namespace, Access::Write)
+                .map_err(status)?;
+            return Ok(sent_owner.to_string());
         }
-        match peer {
-            Peer::Admin => Ok(()),
-            Peer::Daemon { name, writes, .. } if r.metadata.r#type == ResourceDefinition::TYPE => {
-                let def: ResourceDefinition =
-                    cosi::resource::decode_spec(&r.spec).map_err(|e| {
-                        invalid(format!(
-                            "invalid resource definition: {}",
-                            cosi::error::Chain(&e)
-                        ))
-                    })?;
-                if def.id() != r.metadata.id {
-                    return Err(invalid(format!(
-                        "resource definition id must be {:?}, the lowercase type",
-                        def.id()
+        let denied = |msg: String| StateError::new(ErrorKind::PermissionDenied, msg).to_status();
+        let owner = match peer {
+            Peer::Admin => sent_owner.to_string(),
+            Peer::Daemon { name, .. } if md.r#type == ResourceDefinition::TYPE => name.clone(),
+            _ => return Err(denied("only stated writes namespace \"meta\"".into())),
+        };
+        if md.r#type != ResourceDefinition::TYPE {
+            return Ok(owner);
+        }
+        let def: ResourceDefinition = cosi::resource::decode_spec(&r.spec).map_err(|e| {
+            invalid(format!(
+                "invalid resource definition: {}",
+                cosi::error::Chain(&e)
+            ))
+        })?;
+        check_definition(&def)?;
+        if def.id() != md.id {
+            return Err(invalid(format!(
+                "resource definition id must be {}, the lowercase type",
+                cosi::error::quoted(&def.id())
+            )));
+        }
+        if let Peer::Daemon {
+            name,
+            writes,
+            defines,
+            ..
+        } = peer
+        {
+            if !writes.contains(&def.default_namespace) {
+                return Err(denied(format!(
+                    "daemon {name} may not define types of namespace {}",
+                    cosi::error::quoted(&def.default_namespace)
+                )));
+            }
+            let group = machinery::manifest::type_group(&def.resource_type).unwrap_or("");
+            if !defines.contains(group) {
+                return Err(denied(format!(
+                    "daemon {name} may not define types of group {} (the manifest lets it define {})",
+                    cosi::error::quoted(group),
+                    if defines.is_empty() {
+                        "none".to_string()
+                    } else {
+                        defines.iter().cloned().collect::<Vec<_>>().join(", ")
+                    }
+                )));
+            }
+        }
+        if update {
+            if let Ok(cur) = self.store.get(META_NAMESPACE, &md.r#type, &md.id) {
+                if cur.metadata.owner != owner {
+                    return Err(denied(format!(
+                        "resource definition {} belongs to {}; {} may not change it",
+                        md.id,
+                        cosi::error::quoted(&cur.metadata.owner),
+                        match peer {
+                            Peer::Daemon { name, .. } => format!("daemon {name}"),
+                            _ => format!("owner {}", cosi::error::quoted(&owner)),
+                        }
                     )));
                 }
-                if writes.contains(&def.default_namespace) {
-                    Ok(())
-                } else {
-                    Err(StateError::new(
-                        ErrorKind::PermissionDenied,
-                        format!(
-                            "daemon {name} may not define types of namespace {:?}",
-                            def.default_namespace
-                        ),
-                    )
-                    .to_status())
-                }
             }
-            _ => Err(StateError::new(
-                ErrorKind::PermissionDenied,
-                "only stated writes namespace \"meta\"",
-            )
-            .to_status()),
+        }
+        let ours = def.names();
+        for other in self
+            .store
+            .list(META_NAMESPACE, ResourceDefinition::TYPE, &Filter::default())
+        {
+            if other.metadata.id == md.id || other.metadata.owner == owner {
+                continue;
+            }
+            let Ok(o) = cosi::resource::decode_spec::<ResourceDefinition>(&other.spec) else {
+                continue;
+            };
+            if let Some(taken) = o.names().intersection(&ours).next() {
+                return Err(denied(format!(
+                    "the name {} is taken by {} (owned by {})",
+                    cosi::error::quoted(taken),
+                    o.resource_type,
+                    cosi::error::quoted(&other.metadata.owner)
+                )));
+            }
+        }
+        Ok(owner)
+    }
+}
+
+/// A definition's names are bounded and printable, and its type has a group.
+fn check_definition(def: &ResourceDefinition) -> Result<(), Status> {
+    let printable = |s: &str, max: usize| {
+        !s.is_empty() && s.len() <= max && !s.chars().any(|c| c.is_control() || c.is_whitespace())
+    };
+    let mut problems = Vec::new();
+    if !printable(&def.resource_type, 256) || !def.resource_type.contains('.') {
+        problems.push(format!(
+            "type {} must be a name with a group (Plurals.group.dev)",
+            cosi::error::quoted(&def.resource_type)
+        ));
+    }
+    if !def.display_type.is_empty() && !printable(&def.display_type, 256) {
+        problems.push("display type is not a printable name".to_string());
+    }
+    if def.aliases.len() + def.all_aliases.len() > 64 {
+        problems.push("more than 64 aliases".to_string());
+    }
+    for a in def.aliases.iter().chain(&def.all_aliases) {
+        if !printable(a, 128) {
+            problems.push(format!(
+                "alias {} is not a printable name",
+                cosi::error::quoted(a)
+            ));
+            break;
         }
     }
+    if def.print_columns.len() > 32 {
+        problems.push("more than 32 print columns".to_string());
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "invalid resource definition: {}",
+            problems.join("; ")
+        )))
+    }
+}
+
+/// Bounds what a request names before it is looked up or quoted in an error: a type and an
+/// owner of at most 256 bytes, an ID of at most 1024 (as stored resources have).
+fn check_request(ty: &str, id: Option<&str>, owner: &str) -> Result<(), Status> {
+    if ty.len() > 256 {
+        return Err(invalid(format!(
+            "type {} is longer than 256 bytes",
+            cosi::error::quoted(ty)
+        )));
+    }
+    if let Some(id) = id {
+        if id.len() > 1024 {
+            return Err(invalid(format!(
+                "id {} is longer than 1024 bytes",
+                cosi::error::quoted(id)
+            )));
+        }
+    }
+    if owner.len() > 256 || owner.chars().any(char::is_control) {
+        return Err(invalid(format!(
+            "owner {} is longer than 256 bytes or contains control characters",
+            cosi::error::quoted(owner)
+        )));
+    }
+    Ok(())
 }
 
 fn resource_of(r: Option<proto::Resource>) -> Result<RawResource, Status> {
@@ -142,6 +287,7 @@ impl proto::state_server::State for StateService {
     ) -> Result<Response<proto::GetResponse>, Status> {
         self.check(&req, &req.get_ref().namespace, Access::Read)?;
         let r = req.into_inner();
+        check_request(&r.r#type, Some(&r.id), "")?;
         let res = self
             .store
             .get(&r.namespace, &r.r#type, &r.id)
@@ -159,6 +305,7 @@ impl proto::state_server::State for StateService {
     ) -> Result<Response<Self::ListStream>, Status> {
         self.check(&req, &req.get_ref().namespace, Access::Read)?;
         let r = req.into_inner();
+        check_request(&r.r#type, None, "")?;
         let opts = r.options.unwrap_or_default();
         let filter = Filter::new(opts.label_query, opts.id_query).map_err(status)?;
         let items = self.store.list(&r.namespace, &r.r#type, &filter);
@@ -177,8 +324,10 @@ impl proto::state_server::State for StateService {
         let peer = self.peer(&req);
         let r = req.into_inner();
         let res = resource_of(r.resource)?;
-        self.check_write(&peer, &res)?;
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        check_request("", None, &owner)?;
+        let _meta = self.lock_meta(&res);
+        let owner = self.check_write(&peer, &res, &owner, false)?;
         let created = self.store.create(res, &owner).map_err(status)?;
         Ok(Response::new(proto::CreateResponse {
             resource: Some(created.to_proto()),
@@ -192,15 +341,17 @@ impl proto::state_server::State for StateService {
         let peer = self.peer(&req);
         let r = req.into_inner();
         let res = resource_of(r.new_resource)?;
-        self.check_write(&peer, &res)?;
         let opts = r.options.unwrap_or_default();
+        check_request("", None, &opts.owner)?;
+        let _meta = self.lock_meta(&res);
+        let owner = self.check_write(&peer, &res, &opts.owner, true)?;
         let phase = opts
             .expected_phase
             .as_deref()
             .map(Phase::parse)
             .transpose()
             .map_err(status)?;
-        let updated = self.store.update(res, &opts.owner, phase).map_err(status)?;
+        let updated = self.store.update(res, &owner, phase).map_err(status)?;
         Ok(Response::new(proto::UpdateResponse {
             resource: Some(updated.to_proto()),
         }))
@@ -212,6 +363,8 @@ impl proto::state_server::State for StateService {
     ) -> Result<Response<proto::DestroyResponse>, Status> {
         let peer = self.peer(&req);
         let r = req.into_inner();
+        let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        check_request(&r.r#type, Some(&r.id), &owner)?;
         if r.namespace == META_NAMESPACE && peer != Peer::Admin {
             return Err(StateError::new(
                 ErrorKind::PermissionDenied,
@@ -222,7 +375,6 @@ impl proto::state_server::State for StateService {
         self.policy
             .check(&peer, &r.namespace, Access::Write)
             .map_err(status)?;
-        let owner = r.options.map(|o| o.owner).unwrap_or_default();
         self.store
             .destroy(&r.namespace, &r.r#type, &r.id, &owner)
             .map_err(status)?;
@@ -241,6 +393,7 @@ impl proto::state_server::State for StateService {
         if r.r#type.is_empty() {
             return Err(invalid("watch: type is empty"));
         }
+        check_request(&r.r#type, r.id.as_deref(), "")?;
         if r.id.is_some() && opts.bootstrap_contents {
             return Err(StateError::new(
                 ErrorKind::Unimplemented,
@@ -281,32 +434,26 @@ impl proto::state_server::State for StateService {
             let n = usize::try_from(opts.tail_events).unwrap_or(0);
             self.store.tail_start(&ns, &ty, r.id.as_deref(), n)
         } else if let Some(id) = &r.id {
-            // A single watch starts with the current state: the resource or a tombstone.
+            // A single watch starts with the current state: the resource or a tombstone. As in
+            // COSI, this event carries no bookmark (a client resumes only from live events).
             let pos = self.store.position();
             match self.store.get(&ns, &ty, id) {
-                Ok(res) => first.push(to_proto_event(
-                    proto::EventType::Created,
-                    &res,
-                    None,
-                    Some(encode_bookmark(epoch, pos)),
-                )),
+                Ok(res) => first.push(to_proto_event(proto::EventType::Created, &res, None, None)),
                 Err(_) => first.push(to_proto_event(
                     proto::EventType::Destroyed,
                     &tombstone(&ns, &ty, id),
                     None,
-                    Some(encode_bookmark(epoch, pos)),
+                    None,
                 )),
             }
             pos
         } else if opts.bootstrap_contents {
             let (items, pos) = self.store.snapshot(&ns, &ty, &filter);
+            // The contents carry no bookmark, only the closing BOOTSTRAPPED does (COSI): a client
+            // resumes from the last bookmark it saw, so a bookmark here would make a reconnect
+            // in the middle of the contents skip the rest of them.
             for res in items {
-                first.push(to_proto_event(
-                    proto::EventType::Created,
-                    &res,
-                    None,
-                    Some(encode_bookmark(epoch, pos)),
-                ));
+                first.push(to_proto_event(proto::EventType::Created, &res, None, None));
             }
             if r.api_version >= 1 {
                 first.push(to_proto_event(
@@ -355,6 +502,7 @@ impl proto::state_server::State for StateService {
         self.check(&req, &req.get_ref().namespace, Access::Write)?;
         let r = req.into_inner();
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        check_request(&r.r#type, Some(&r.id), &owner)?;
         let ready = self
             .store
             .teardown(&r.namespace, &r.r#type, &r.id, &owner)
@@ -371,6 +519,7 @@ impl proto::state_server::State for StateService {
         self.check(&req, &req.get_ref().namespace, Access::Write)?;
         let r = req.into_inner();
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        check_request(&r.r#type, Some(&r.id), &owner)?;
         let mut notify = self.store.subscribe(&r.namespace, &r.r#type);
         let mut ready = self
             .store
@@ -419,8 +568,32 @@ impl Watcher {
             return true;
         }
         if self.aggregated {
+            // Batches stay below what a client accepts in one message (gRPC's default is
+            // 4 MiB): a bootstrap of many resources goes out in several responses, as their
+            // size requires; the closing BOOTSTRAPPED tells the client where it ends.
+            let mut batch = Vec::new();
+            let mut size = 0;
+            for e in events {
+                let len = prost::Message::encoded_len(&e);
+                if !batch.is_empty()
+                    && (size + len > WATCH_BATCH_BYTES || batch.len() >= WATCH_BATCH)
+                {
+                    let event = std::mem::take(&mut batch);
+                    size = 0;
+                    if self
+                        .tx
+                        .send(Ok(proto::WatchResponse { event }))
+                        .await
+                        .is_err()
+                    {
+                        return false;
+                    }
+                }
+                size += len;
+                batch.push(e);
+            }
             self.tx
-                .send(Ok(proto::WatchResponse { event: events }))
+                .send(Ok(proto::WatchResponse { event: batch }))
                 .await
                 .is_ok()
         } else {

@@ -17,10 +17,27 @@ namespaces:
   - {name: config, durable: true}
   - {name: network}
   - {name: runtime}
+  - {name: block}
 daemons:
-  - {name: init, uid: 61001, writes: [runtime]}
-  - {name: networkd, uid: 61002, writes: [network], reads: [config]}
+  - {name: stated, broker: true, binary: /s, uid: 1990000010, gid: 1990000010, seccomp: stated}
+  - {name: networkd, binary: /n, uid: 1990000011, gid: 1990000011, seccomp: networkd,
+     writes: [network], reads: [config], defines: [net.talos.dev]}
+  - {name: blockd, binary: /b, uid: 1990000012, gid: 1990000012, seccomp: blockd,
+     writes: [block], defines: [block.talos.dev]}
 "#;
+
+const NETWORKD: u32 = 1_990_000_011;
+const BLOCKD: u32 = 1_990_000_012;
+const STRANGER: u32 = 61_099;
+const RD: &str = "ResourceDefinitions.meta.cosi.dev";
+
+fn definition(def: &cosi::ResourceDefinition) -> cosi::RawResource {
+    cosi::RawResource {
+        metadata: cosi::Metadata::new("meta", RD, def.id()),
+        spec: cosi::resource::encode_spec(def).unwrap(),
+        yaml_spec: String::new(),
+    }
+}
 
 const T: &str = "Things.test.talos.dev";
 
@@ -55,7 +72,7 @@ async fn a_daemon_writes_only_its_namespaces() {
         eprintln!("skipped: needs root to run a client under other uids");
         return;
     }
-    let h = Harness::start_with(Some(stated::Manifest::parse(MANIFEST).unwrap())).await;
+    let h = Harness::start_with(Some(stated::Manifest::parse_substituted(MANIFEST).unwrap())).await;
     // Let other uids reach the socket (access is decided by peer credentials, not file modes).
     std::fs::set_permissions(h.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
     h.client
@@ -69,8 +86,8 @@ async fn a_daemon_writes_only_its_namespaces() {
     let socket = h.socket.clone();
     let results = tokio::task::spawn_blocking(move || {
         (
-            run_as(61002, &socket, "networkd"),
-            run_as(61099, &socket, "stranger"),
+            run_as(NETWORKD, &socket, "networkd"),
+            run_as(STRANGER, &socket, "stranger"),
         )
     })
     .await
@@ -131,23 +148,14 @@ async fn child_client() {
                 .await
                 .unwrap_err();
             assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
-            // meta: readable; defining types is allowed only for its own namespaces.
+            // meta: readable; defining types is allowed only for its own namespaces and groups.
             c.list("meta", "Namespaces.meta.cosi.dev", &Default::default())
                 .await
                 .unwrap();
             let mine = cosi::ResourceDefinition::new("Links.net.talos.dev", "network");
             let theirs = cosi::ResourceDefinition::new("Services.v1alpha1.talos.dev", "runtime");
             for (def, ok) in [(mine, true), (theirs, false)] {
-                let r = cosi::RawResource {
-                    metadata: cosi::Metadata::new(
-                        "meta",
-                        "ResourceDefinitions.meta.cosi.dev",
-                        def.id(),
-                    ),
-                    spec: cosi::resource::encode_spec(&def).unwrap(),
-                    yaml_spec: String::new(),
-                };
-                let got = c.create(&r, "networkd").await;
+                let got = c.create(&definition(&def), "networkd").await;
                 assert_eq!(got.is_ok(), ok, "{got:?}");
             }
             // An undeclared namespace is invalid on a node.
@@ -163,6 +171,162 @@ async fn child_client() {
                 .unwrap_err();
             assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
         }
+        "hijack-networkd" => hijack_as_networkd(&c).await,
+        "hijack-blockd" => hijack_as_blockd(&c).await,
         other => panic!("unknown role {other}"),
     }
+}
+
+/// networkd (kernel-verified uid) tries to take types that are not its own.
+async fn hijack_as_networkd(c: &cosi::Client) {
+    let denied = |r: Result<cosi::RawResource, cosi::StateError>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{what}: {e}");
+    };
+    // stated's own definition of namespaces, re-pointed at networkd's namespace, sent with
+    // stated's owner string: refused.
+    let mut ns = c.get("meta", RD, "namespaces.meta.cosi.dev").await.unwrap();
+    let mut def: cosi::ResourceDefinition = cosi::resource::decode_spec(&ns.spec).unwrap();
+    def.default_namespace = "network".into();
+    ns.spec = cosi::resource::encode_spec(&def).unwrap();
+    denied(
+        c.update(&ns, "stated", None).await,
+        "update stated's definition",
+    );
+    // The machine config's definition (registered by init), re-pointed: refused.
+    let mut mc = c
+        .get("meta", RD, "machineconfigs.config.talos.dev")
+        .await
+        .unwrap();
+    let mut def: cosi::ResourceDefinition = cosi::resource::decode_spec(&mc.spec).unwrap();
+    def.default_namespace = "network".into();
+    mc.spec = cosi::resource::encode_spec(&def).unwrap();
+    denied(
+        c.update(&mc, &mc.metadata.owner.clone(), None).await,
+        "update init's definition",
+    );
+    // A type of another group, even one nobody defined yet, in its own namespace: refused.
+    let plant = cosi::ResourceDefinition::new("KernelModules.runtime.talos.dev", "network");
+    denied(
+        c.create(&definition(&plant), "").await,
+        "type of another group",
+    );
+    // Its own group, but an alias another owner's type has: refused.
+    let alias = cosi::ResourceDefinition::new("Plants.net.talos.dev", "network")
+        .with_aliases(&["machineconfig"]);
+    denied(
+        c.create(&definition(&alias), "").await,
+        "alias of another type",
+    );
+    // Its own type: created, owned by networkd whatever owner string is sent, and updatable.
+    let own = cosi::ResourceDefinition::new("HostnameStatuses.net.talos.dev", "network")
+        .with_aliases(&["hostname"]);
+    let created = c.create(&definition(&own), "anything").await.unwrap();
+    assert_eq!(created.metadata.owner, "networkd");
+    let mut again = created.clone();
+    let mut def = own.clone();
+    def.print_columns.clear();
+    def = def.with_columns(&[("Hostname", "{.hostname}")]);
+    again.spec = cosi::resource::encode_spec(&def).unwrap();
+    c.update(&again, "anything", None).await.unwrap();
+}
+
+/// Another daemon tries to take networkd's names and definitions.
+async fn hijack_as_blockd(c: &cosi::Client) {
+    let e = c
+        .create(
+            &definition(
+                &cosi::ResourceDefinition::new("Disks.block.talos.dev", "block")
+                    .with_aliases(&["hostname"]),
+            ),
+            "",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(
+        e.message().contains("HostnameStatuses.net.talos.dev"),
+        "{e}"
+    );
+    let mut hs = c
+        .get("meta", RD, "hostnamestatuses.net.talos.dev")
+        .await
+        .unwrap();
+    hs.spec = cosi::resource::encode_spec(&cosi::ResourceDefinition::new(
+        "HostnameStatuses.net.talos.dev",
+        "block",
+    ))
+    .unwrap();
+    let e = c.update(&hs, "networkd", None).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    let e = c
+        .destroy("meta", RD, "hostnamestatuses.net.talos.dev", "networkd")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    // Its own type, with its own names, is fine.
+    c.create(
+        &definition(&cosi::ResourceDefinition::new(
+            "Disks.block.talos.dev",
+            "block",
+        )),
+        "",
+    )
+    .await
+    .unwrap();
+}
+
+/// DESIGN.md §2: type definitions are ownership. No daemon can change a definition it did not
+/// create, define a type of another group or namespace, or take another owner's names: so
+/// `talosctl get machineconfig` cannot be made to show a resource a daemon planted.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_daemon_can_take_another_ones_types() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a client under other uids");
+        return;
+    }
+    let h = Harness::start_with(Some(stated::Manifest::parse_substituted(MANIFEST).unwrap())).await;
+    std::fs::set_permissions(h.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mc = cosi::ResourceDefinition::new("MachineConfigs.config.talos.dev", "config");
+    h.client.create(&definition(&mc), "init").await.unwrap();
+    let socket = h.socket.clone();
+    let results = tokio::task::spawn_blocking(move || {
+        (
+            run_as(NETWORKD, &socket, "hijack-networkd"),
+            run_as(BLOCKD, &socket, "hijack-blockd"),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(results.0, "networkd's attempts were not all refused");
+    assert!(results.1, "blockd's attempts were not all refused");
+    // What the admin sees is what the owners wrote.
+    let defs = h
+        .client
+        .list("meta", RD, &Default::default())
+        .await
+        .unwrap();
+    let get = |id: &str| {
+        let r = defs.iter().find(|r| r.metadata.id == id).unwrap();
+        let d: cosi::ResourceDefinition = cosi::resource::decode_spec(&r.spec).unwrap();
+        (r.metadata.owner.clone(), d.default_namespace)
+    };
+    assert_eq!(
+        get("machineconfigs.config.talos.dev"),
+        ("init".into(), "config".into())
+    );
+    assert_eq!(
+        get("namespaces.meta.cosi.dev"),
+        ("stated".into(), "meta".into())
+    );
+    assert_eq!(
+        get("hostnamestatuses.net.talos.dev"),
+        ("networkd".into(), "network".into())
+    );
+    assert!(
+        !defs
+            .iter()
+            .any(|r| r.metadata.id.starts_with("kernelmodules")
+                || r.metadata.id.starts_with("plants"))
+    );
 }

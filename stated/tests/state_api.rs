@@ -295,7 +295,21 @@ async fn watch_marker_bootstrap_and_api_version() {
             assert_eq!(kinds, [0, 0, proto::EventType::Bootstrapped as i32]);
         }
         assert_eq!(&ids[..2], ["a", "b"], "bootstrap sorted by id");
-        assert!(batch.event.iter().all(|e| e.bookmark.is_some()));
+        // COSI: the contents carry no bookmark; only BOOTSTRAPPED does (a client resuming from
+        // a bookmark on a CREATED would skip the rest of the contents).
+        let n = batch.event.len();
+        for e in &batch.event[..2] {
+            assert!(
+                e.bookmark.is_none(),
+                "a bootstrap CREATED carries no bookmark"
+            );
+        }
+        if api_version >= 1 {
+            assert!(
+                batch.event[n - 1].bookmark.is_some(),
+                "BOOTSTRAPPED carries one"
+            );
+        }
     }
 }
 
@@ -589,4 +603,150 @@ async fn after_a_reboot_a_watch_relists_and_reports_what_changed() {
             other => panic!("unexpected event {other:?}"),
         }
     }
+}
+
+/// A watch cut in the middle of its bootstrap contents (stated restarted while the contents are
+/// still on their way) delivers every resource exactly once and then BOOTSTRAPPED: the contents
+/// carry no bookmark (COSI), so the client relists instead of resuming past what it missed.
+#[tokio::test]
+async fn a_watch_cut_during_its_bootstrap_delivers_the_rest() {
+    let mut h = Harness::start().await;
+    let c = h.client.clone();
+    const N: usize = 20_000;
+    let pad = "x".repeat(2000);
+    let mut tasks = Vec::new();
+    for part in 0..4 {
+        let c = c.clone();
+        let pad = pad.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (part..N).step_by(4) {
+                c.create(&res(NS, T, &format!("r{i:05}"), &pad), "o")
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut w = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        bootstrap: true,
+        ..Default::default()
+    });
+    // The first events arrive; the rest is held back by flow control and the client's queue.
+    let first = next(&mut w).await;
+    assert_eq!(first.kind, EventKind::Created);
+    h.restart().await;
+    let mut ids = std::collections::BTreeSet::new();
+    ids.insert(first.resource.metadata.id.clone());
+    let mut dup = 0;
+    loop {
+        let e = next(&mut w).await;
+        match e.kind {
+            EventKind::Created => {
+                if !ids.insert(e.resource.metadata.id.clone()) {
+                    dup += 1;
+                }
+            }
+            EventKind::Bootstrapped => break,
+            other => panic!("unexpected {other:?} during the bootstrap"),
+        }
+    }
+    assert_eq!(dup, 0, "no resource delivered twice");
+    assert_eq!(ids.len(), N, "every resource delivered before BOOTSTRAPPED");
+    // And the watch goes on live.
+    c.create(&res(NS, T, "after", "1"), "o").await.unwrap();
+    let e = next(&mut w).await;
+    assert_eq!(
+        (e.kind, e.resource.metadata.id.as_str()),
+        (EventKind::Created, "after")
+    );
+}
+
+/// A GetRequest whose strings are raw bytes, to send what a generated client cannot: a string
+/// field that is not UTF-8.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawGetRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    namespace: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    r#type: Vec<u8>,
+    #[prost(bytes = "vec", tag = "3")]
+    id: Vec<u8>,
+}
+
+/// Invalid UTF-8 is the client's error (INVALID_ARGUMENT, not INTERNAL), and no error message
+/// echoes a huge input back (the trailer would be too large for the client to read).
+#[tokio::test]
+async fn malformed_requests_are_invalid_argument_with_bounded_messages() {
+    let h = Harness::start().await;
+    let p = h.socket.clone();
+    let channel = tonic::transport::Endpoint::from_static("http://stated.local")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let p = p.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(p).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    for (ns, ty, id) in [
+        (&b"default"[..], &b"T.test.dev"[..], &b"\xff\xfe"[..]),
+        (&b"\xc3\x28"[..], &b"T.test.dev"[..], &b"a"[..]),
+    ] {
+        grpc.ready().await.unwrap();
+        let e = grpc
+            .unary::<_, proto::GetResponse, _>(
+                tonic::Request::new(RawGetRequest {
+                    namespace: ns.to_vec(),
+                    r#type: ty.to_vec(),
+                    id: id.to_vec(),
+                }),
+                "/cosi.resource.State/Get".parse().unwrap(),
+                proto::codec::Codec::<RawGetRequest, proto::GetResponse>::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("UTF-8"), "{}", e.message());
+    }
+    // A 1 MiB ID (well-formed): refused with a short message, on every call that takes one.
+    let mut r = raw(&h.socket).await;
+    let huge = "x".repeat(1 << 20);
+    let e = r
+        .get(proto::GetRequest {
+            namespace: NS.into(),
+            r#type: T.into(),
+            id: huge.clone(),
+            options: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().len() < 300, "{} bytes", e.message().len());
+    let e = r
+        .create(proto::CreateRequest {
+            resource: Some(res(NS, T, &huge, "v").to_proto()),
+            options: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().len() < 300, "{} bytes", e.message().len());
+    let e = r
+        .destroy(proto::DestroyRequest {
+            namespace: NS.into(),
+            r#type: T.into(),
+            id: huge.clone(),
+            options: Some(proto::DestroyOptions { owner: huge }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().len() < 300, "{} bytes", e.message().len());
 }

@@ -65,7 +65,11 @@ async fn service_restart_restarts_only_that_daemon_and_recreates_none_of_its_res
     require_root!();
     let _one = NODES.lock().await;
     let node = Node::builder()
-        .daemon(TestDaemon::new("test-a", 1100, "test-a"))
+        .daemon(TestDaemon::new(
+            "test-a",
+            machinery::manifest::node_uid(1100),
+            "test-a",
+        ))
         .start();
     let before = node
         .wait_healthy(&["stated", "networkd", "test-a"], T)
@@ -210,7 +214,7 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
     let table = stdout(&out);
     let networkd = table.lines().find(|l| l.starts_with("networkd")).unwrap();
     for field in [
-        "1001",
+        "1990000011",
         "NET_ADMIN",
         "NET_RAW",
         "NET_BIND_SERVICE",
@@ -221,7 +225,7 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
     }
     let stated = table.lines().find(|l| l.starts_with("stated")).unwrap();
     assert!(
-        stated.contains("none") && stated.contains("1000"),
+        stated.contains("none") && stated.contains("1990000010"),
         "{stated}"
     );
 

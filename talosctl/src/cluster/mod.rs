@@ -18,6 +18,7 @@ pub mod genconfig;
 pub mod launch;
 pub mod net;
 pub mod record;
+pub mod uids;
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -346,6 +347,7 @@ fn plan(args: &CreateArgs) -> anyhow::Result<(Cluster, Vec<Planned>, PathBuf, Pa
             );
         }
     }
+    check_uids(&image)?;
     let cidr = match &args.cidr {
         Some(c) => c.clone(),
         None => default_cidr(&root)?,
@@ -449,6 +451,26 @@ fn plan(args: &CreateArgs) -> anyhow::Result<(Cluster, Vec<Planned>, PathBuf, Pa
             .unwrap_or(0),
     };
     Ok((cluster, nodes, root, image))
+}
+
+/// Refuses an image whose daemons would run under a uid the host has (DESIGN.md §5).
+fn check_uids(image: &Path) -> anyhow::Result<()> {
+    let path = image.join("etc/talos/daemons.yaml");
+    let paths = machinery::manifest::Paths {
+        root: "/".into(),
+        bin: "/usr/bin".into(),
+    };
+    let manifest = machinery::manifest::Manifest::load(&path, &paths)
+        .with_context(|| format!("the image's daemon manifest {}", path.display()))?;
+    let found = uids::conflicts(&manifest.uids(), Path::new("/etc"), Path::new("/proc"));
+    if !found.is_empty() {
+        anyhow::bail!(
+            "the node's daemons would share uids with this host, which would let the host's \
+             users read and signal them:\n  * {}",
+            found.join("\n  * ")
+        );
+    }
+    Ok(())
 }
 
 fn invalid_config(node: &str, errors: &machinery::config::ConfigErrors) -> anyhow::Error {

@@ -25,7 +25,9 @@ impl ResourceSpec for StatusSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
+        // The automatic acronym `ns` is Namespace's (stated's): another owner's name.
         ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .without_aliases(&["ns", "nss"])
             .with_aliases(&["netstatus", "netstatuses"])
             .with_columns(&[
                 ("Address", "{.addressReady}"),
