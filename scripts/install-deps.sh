@@ -25,6 +25,14 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# grpcio (gRPC's C-core for Python): stated's tests talk to it with a real C-core client, which
+# sends the socket path as :authority. From PyPI: Debian's python3-grpcio (1.51) predates that.
+if ! python3 -c 'import grpc' 2>/dev/null; then
+  echo "installing: grpcio (PyPI)"
+  python3 -m pip install --quiet --root-user-action=ignore 'grpcio>=1.60' 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages 'grpcio>=1.60'
+fi
+
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install the Rust toolchain (https://rustup.rs) and re-run" >&2
   exit 1

@@ -25,7 +25,13 @@ pub struct Client {
     inner: StateClient<Channel>,
     path: PathBuf,
     read_retry: Duration,
+    request_timeout: Duration,
 }
+
+/// How long a call may wait for stated's answer by default. stated answers in microseconds;
+/// a call that waits longer meets a stated that is down or restarting (init holds its socket,
+/// so a connection is accepted and then not served until stated is back).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Filters of List and kind watches.
 #[derive(Clone, Debug, Default)]
@@ -156,6 +162,7 @@ impl Client {
             inner,
             path,
             read_retry: Duration::from_secs(2),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })
     }
 
@@ -166,6 +173,56 @@ impl Client {
     pub fn with_read_retry(mut self, d: Duration) -> Self {
         self.read_retry = d;
         self
+    }
+
+    /// How long each call (and the setup of a watch) waits for an answer (default
+    /// [`DEFAULT_REQUEST_TIMEOUT`]); a call that gets none fails `Unavailable`, saying stated
+    /// is not answering. TeardownAndDestroy, which waits for finalizers by design, has none.
+    #[must_use]
+    pub fn with_request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+
+    /// A request with the deadline set (sent to stated as `grpc-timeout` too).
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.set_timeout(self.request_timeout);
+        r
+    }
+
+    /// Runs one call under the deadline, enforced here: a stated that never answers (down,
+    /// or restarting behind init's held socket) becomes a clear `Unavailable`.
+    async fn timed<T>(
+        &self,
+        op: Op,
+        call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+    ) -> Result<T, StateError> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            // tonic enforces the request's deadline itself as well.
+            Ok(Err(s))
+                if matches!(
+                    s.code(),
+                    tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                ) && s.message().contains("Timeout") =>
+            {
+                Err(self.not_answering())
+            }
+            Ok(r) => r.map_err(|s| StateError::from_status(op, &s)),
+            Err(_) => Err(self.not_answering()),
+        }
+    }
+
+    fn not_answering(&self) -> StateError {
+        StateError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "stated at {} did not answer within {} ms: it is down or restarting \
+                 (`talosctl services` shows it)",
+                self.path.display(),
+                self.request_timeout.as_millis()
+            ),
+        )
     }
 
     async fn retry_read<T, F, Fut>(&self, f: F) -> Result<T, StateError>
@@ -210,17 +267,14 @@ impl Client {
         r#type: &str,
         id: &str,
     ) -> Result<RawResource, StateError> {
-        let resp = self
-            .inner
-            .clone()
-            .get(proto::GetRequest {
-                namespace: namespace.into(),
-                r#type: r#type.into(),
-                id: id.into(),
-                options: None,
-            })
-            .await
-            .map_err(|s| StateError::from_status(Op::Get, &s))?;
+        let mut inner = self.inner.clone();
+        let req = self.request(proto::GetRequest {
+            namespace: namespace.into(),
+            r#type: r#type.into(),
+            id: id.into(),
+            options: None,
+        });
+        let resp = self.timed(Op::Get, inner.get(req)).await?;
         decode(resp.into_inner().resource)
     }
 
@@ -251,29 +305,31 @@ impl Client {
         r#type: &str,
         query: &Query,
     ) -> Result<Vec<RawResource>, StateError> {
-        let mut stream = self
-            .inner
-            .clone()
-            .list(proto::ListRequest {
-                namespace: namespace.into(),
-                r#type: r#type.into(),
-                options: Some(proto::ListOptions {
-                    label_query: query.labels.clone(),
-                    id_query: query
-                        .id_regexp
-                        .clone()
-                        .map(|regexp| proto::IdQuery { regexp }),
-                }),
-            })
-            .await
-            .map_err(|s| StateError::from_status(Op::List, &s))?
-            .into_inner();
-        let mut out = Vec::new();
-        while let Some(item) = stream.next().await {
-            let item = item.map_err(|s| StateError::from_status(Op::List, &s))?;
-            out.push(decode(item.resource)?);
-        }
-        Ok(out)
+        let mut inner = self.inner.clone();
+        let req = self.request(proto::ListRequest {
+            namespace: namespace.into(),
+            r#type: r#type.into(),
+            options: Some(proto::ListOptions {
+                label_query: query.labels.clone(),
+                id_query: query
+                    .id_regexp
+                    .clone()
+                    .map(|regexp| proto::IdQuery { regexp }),
+            }),
+        });
+        let collect = async move {
+            let mut stream = inner.list(req).await?.into_inner();
+            let mut items = Vec::new();
+            while let Some(item) = stream.next().await {
+                items.push(item?);
+            }
+            Ok(items)
+        };
+        self.timed(Op::List, collect)
+            .await?
+            .into_iter()
+            .map(|item| decode(item.resource))
+            .collect()
     }
 
     /// Lists typed resources of `S` in `namespace`.
@@ -294,17 +350,14 @@ impl Client {
         resource: &RawResource,
         owner: &str,
     ) -> Result<RawResource, StateError> {
-        let resp = self
-            .inner
-            .clone()
-            .create(proto::CreateRequest {
-                resource: Some(resource.to_proto()),
-                options: Some(proto::CreateOptions {
-                    owner: owner.into(),
-                }),
-            })
-            .await
-            .map_err(|s| StateError::from_status(Op::Create, &s))?;
+        let mut inner = self.inner.clone();
+        let req = self.request(proto::CreateRequest {
+            resource: Some(resource.to_proto()),
+            options: Some(proto::CreateOptions {
+                owner: owner.into(),
+            }),
+        });
+        let resp = self.timed(Op::Create, inner.create(req)).await?;
         decode(resp.into_inner().resource)
     }
 
@@ -316,18 +369,15 @@ impl Client {
         owner: &str,
         expected_phase: Option<Phase>,
     ) -> Result<RawResource, StateError> {
-        let resp = self
-            .inner
-            .clone()
-            .update(proto::UpdateRequest {
-                new_resource: Some(resource.to_proto()),
-                options: Some(proto::UpdateOptions {
-                    owner: owner.into(),
-                    expected_phase: expected_phase.map(|p| p.as_str().to_string()),
-                }),
-            })
-            .await
-            .map_err(|s| StateError::from_status(Op::Update, &s))?;
+        let mut inner = self.inner.clone();
+        let req = self.request(proto::UpdateRequest {
+            new_resource: Some(resource.to_proto()),
+            options: Some(proto::UpdateOptions {
+                owner: owner.into(),
+                expected_phase: expected_phase.map(|p| p.as_str().to_string()),
+            }),
+        });
+        let resp = self.timed(Op::Update, inner.update(req)).await?;
         decode(resp.into_inner().resource)
     }
 
@@ -339,19 +389,16 @@ impl Client {
         id: &str,
         owner: &str,
     ) -> Result<(), StateError> {
-        self.inner
-            .clone()
-            .destroy(proto::DestroyRequest {
-                namespace: namespace.into(),
-                r#type: r#type.into(),
-                id: id.into(),
-                options: Some(proto::DestroyOptions {
-                    owner: owner.into(),
-                }),
-            })
-            .await
-            .map_err(|s| StateError::from_status(Op::Destroy, &s))?;
-        Ok(())
+        let mut inner = self.inner.clone();
+        let req = self.request(proto::DestroyRequest {
+            namespace: namespace.into(),
+            r#type: r#type.into(),
+            id: id.into(),
+            options: Some(proto::DestroyOptions {
+                owner: owner.into(),
+            }),
+        });
+        self.timed(Op::Destroy, inner.destroy(req)).await.map(drop)
     }
 
     /// Marks a resource tearing down; returns whether it has no finalizers left.
@@ -362,19 +409,16 @@ impl Client {
         id: &str,
         owner: &str,
     ) -> Result<bool, StateError> {
-        let resp = self
-            .inner
-            .clone()
-            .teardown(proto::TeardownRequest {
-                namespace: namespace.into(),
-                r#type: r#type.into(),
-                id: id.into(),
-                options: Some(proto::TeardownOptions {
-                    owner: owner.into(),
-                }),
-            })
-            .await
-            .map_err(|s| StateError::from_status(Op::Teardown, &s))?;
+        let mut inner = self.inner.clone();
+        let req = self.request(proto::TeardownRequest {
+            namespace: namespace.into(),
+            r#type: r#type.into(),
+            id: id.into(),
+            options: Some(proto::TeardownOptions {
+                owner: owner.into(),
+            }),
+        });
+        let resp = self.timed(Op::Teardown, inner.teardown(req)).await?;
         Ok(resp.into_inner().destroy_ready)
     }
 
@@ -541,16 +585,16 @@ impl Client {
                 bootstrap_bookmark: spec.bootstrap_bookmark,
             }),
         };
-        let mut stream = self
-            .inner
-            .clone()
-            .watch(req)
-            .await
-            .map_err(|s| StateError::from_status(Op::Watch, &s))?
-            .into_inner();
+        let mut inner = self.inner.clone();
+        let setup = async move {
+            let mut stream = inner.watch(req).await?.into_inner();
+            let first = stream.message().await;
+            Ok::<_, tonic::Status>((stream, first))
+        };
+        let (stream, first) = self.timed(Op::Watch, setup).await?;
         // The first, empty response says the watch is established (COSI's marker); errors of the
         // setup (bad bookmark, bad filter) arrive instead of it.
-        match stream.message().await {
+        match first {
             Ok(Some(r)) if r.event.is_empty() => Ok(stream),
             Ok(Some(_)) => Err(StateError::new(
                 ErrorKind::Other,

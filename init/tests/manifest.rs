@@ -107,8 +107,7 @@ fn no_two_owners_define_the_same_name() {
         for (b, defs_b) in &owners[i + 1..] {
             for x in defs_a {
                 for y in defs_b {
-                    let shared: Vec<String> =
-                        x.names().intersection(&y.names()).cloned().collect();
+                    let shared: Vec<String> = x.names().intersection(&y.names()).cloned().collect();
                     assert!(
                         shared.is_empty(),
                         "{a}'s {} and {b}'s {} share {shared:?}",

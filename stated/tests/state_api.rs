@@ -750,3 +750,45 @@ async fn malformed_requests_are_invalid_argument_with_bounded_messages() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.message().len() < 300, "{} bytes", e.message().len());
 }
+
+/// gRPC's C-core clients (Python here) send the socket path as `:authority` on a Unix socket;
+/// stated must answer them like any other client (h2 rejects such an authority by default:
+/// hyperium/h2#487; the workspace patches h2 to ignore it, see vendor/h2/TALOS-RS.md).
+#[tokio::test]
+async fn a_grpc_c_core_client_is_served_over_the_unix_socket() {
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import grpc"])
+        .status();
+    if !python.is_ok_and(|s| s.success()) {
+        let msg = "SKIPPED: a_grpc_c_core_client_is_served_over_the_unix_socket: python3 with \
+                   grpcio is missing (scripts/install-deps.sh installs it)";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
+        eprintln!("{msg}");
+        return;
+    }
+    let h = Harness::start().await;
+    h.client
+        .create(&res(NS, T, "hello", "world"), "")
+        .await
+        .unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/python_client.py"
+    );
+    let socket = h.socket.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(script)
+            .arg(&socket)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "python client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
