@@ -629,6 +629,7 @@ fn permanent(e: &StateError) -> bool {
             | ErrorKind::PermissionDenied
             | ErrorKind::Unimplemented
             | ErrorKind::NotFound
+            | ErrorKind::LimitReached
     )
 }
 

@@ -26,8 +26,9 @@ pub enum ErrorKind {
     Unavailable,
     /// The server does not implement the call or option.
     Unimplemented,
-    /// A watch fell behind and was cut; resume from the last bookmark.
-    Overrun,
+    /// A limit of stated was reached (open watches or connections of a peer, resources, types
+    /// or bytes of a namespace); the message names it.
+    LimitReached,
     /// Anything else.
     Other,
 }
@@ -113,7 +114,7 @@ impl StateError {
             Code::Unavailable | Code::Cancelled => ErrorKind::Unavailable,
             Code::Unknown if message.contains("transport error") => ErrorKind::Unavailable,
             Code::Unimplemented => ErrorKind::Unimplemented,
-            Code::ResourceExhausted => ErrorKind::Overrun,
+            Code::ResourceExhausted => ErrorKind::LimitReached,
             _ => ErrorKind::Other,
         };
         Self { kind, message }
@@ -130,7 +131,7 @@ impl StateError {
             ErrorKind::PhaseConflict | ErrorKind::InvalidArgument => Code::InvalidArgument,
             ErrorKind::Unavailable => Code::Unavailable,
             ErrorKind::Unimplemented => Code::Unimplemented,
-            ErrorKind::Overrun => Code::ResourceExhausted,
+            ErrorKind::LimitReached => Code::ResourceExhausted,
             ErrorKind::Other => Code::Unknown,
         };
         tonic::Status::new(code, bounded(&self.message, MAX_STATUS_MESSAGE))
@@ -205,7 +206,7 @@ impl fmt::Display for StateError {
             ErrorKind::InvalidBookmark => "invalid bookmark",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Unimplemented => "unimplemented",
-            ErrorKind::Overrun => "watch overrun",
+            ErrorKind::LimitReached => "limit reached",
             ErrorKind::Other => "error",
         };
         if self.message.is_empty() || self.message.starts_with(kind) {

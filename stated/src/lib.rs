@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod conn;
 pub mod labels;
 pub mod persist;
 pub mod server;
@@ -23,7 +24,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 
 pub use access::{Manifest, Policy};
 pub use store::Store;
@@ -44,6 +44,10 @@ pub struct Config {
     pub manifest: Option<Manifest>,
     /// Events kept per (namespace, type) for watch resume.
     pub history: usize,
+    /// What the store keeps at most.
+    pub limits: store::Limits,
+    /// What each peer may hold open.
+    pub peer_limits: server::PeerLimits,
 }
 
 /// Errors of running stated.
@@ -86,6 +90,7 @@ pub fn open_store(config: &Config) -> Result<Store, Error> {
         durable: Box::new(move |ns| durable_policy.is_durable(ns)),
         namespaces,
         history: config.history,
+        limits: config.limits.clone(),
     })?)
 }
 
@@ -123,19 +128,25 @@ pub async fn serve(
     listener: UnixListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
-    let service = server::StateService::new(store, Arc::new(policy_of(config)));
+    let policy = Arc::new(policy_of(config));
+    let limits = config.peer_limits.clone();
+    let gate = Arc::new(conn::Gate::new(policy.clone(), limits.clone()));
+    let service = server::StateService::new(store, policy, limits.clone());
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     let signal = async move {
         shutdown.await;
         let _ = stopping_tx.send(true);
     };
     let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .max_concurrent_streams(Some(limits.streams_per_connection))
         .add_service(
             proto::state_server::StateServer::new(service)
                 .max_decoding_message_size(MAX_REQUEST)
                 .max_encoding_message_size(cosi::client::MAX_MESSAGE),
         )
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal);
+        .serve_with_incoming_shutdown(gate.incoming(listener), signal);
     // A graceful stop waits for open streams, and watches never end by themselves: give
     // in-flight calls a moment, then stop. Every acknowledged write is already persisted, and
     // watching clients resume from their bookmarks.

@@ -69,6 +69,8 @@ fn main() -> ExitCode {
         run_dir,
         manifest,
         history: args.history,
+        limits: stated::store::Limits::default(),
+        peer_limits: stated::server::PeerLimits::default(),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -24,11 +24,81 @@ const WATCH_BATCH_BYTES: usize = 1024 * 1024;
 /// Responses queued per watcher before its task waits for the client to read.
 const WATCH_QUEUE: usize = 16;
 
+/// What one peer (a uid: a daemon, the administrator, anyone else) may hold open at once, so
+/// that no client grows stated's memory without bound. Reaching a limit is `LimitReached`
+/// (RESOURCE_EXHAUSTED) for a watch; a connection over its limit is closed at once.
+#[derive(Clone, Debug)]
+pub struct PeerLimits {
+    /// Open watches of one daemon.
+    pub watches_per_daemon: usize,
+    /// Open watches of uid 0 (init, talosctl on the node).
+    pub watches_admin: usize,
+    /// Connections of one daemon.
+    pub connections_per_daemon: usize,
+    /// Connections of uid 0.
+    pub connections_admin: usize,
+    /// Connections of one uid that is neither (refused every request anyway).
+    pub connections_per_stranger: usize,
+    /// Connections of all such uids together.
+    pub connections_strangers: usize,
+    /// A connection that sends nothing this long after it is accepted is closed (a client
+    /// sends the HTTP/2 preface at once).
+    pub first_bytes_within: std::time::Duration,
+    /// Idle connections are pinged this often; one that does not answer within
+    /// `keepalive_timeout` is closed.
+    pub keepalive_interval: std::time::Duration,
+    /// See `keepalive_interval`.
+    pub keepalive_timeout: std::time::Duration,
+    /// Concurrent streams (calls and watches) on one connection.
+    pub streams_per_connection: u32,
+}
+
+impl Default for PeerLimits {
+    fn default() -> Self {
+        Self {
+            watches_per_daemon: 1024,
+            watches_admin: 4096,
+            connections_per_daemon: 256,
+            connections_admin: 1024,
+            connections_per_stranger: 16,
+            connections_strangers: 64,
+            first_bytes_within: std::time::Duration::from_secs(10),
+            keepalive_interval: std::time::Duration::from_secs(30),
+            keepalive_timeout: std::time::Duration::from_secs(20),
+            streams_per_connection: 1024,
+        }
+    }
+}
+
+/// Open watches per uid, each released when its watch ends.
+#[derive(Default)]
+struct WatchCounts(std::sync::Mutex<std::collections::HashMap<u32, usize>>);
+
+/// One open watch of a uid.
+struct WatchSlot {
+    counts: Arc<WatchCounts>,
+    uid: u32,
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        let mut m = self.counts.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(&self.uid);
+            }
+        }
+    }
+}
+
 /// The State service over a store and an access policy.
 #[derive(Clone)]
 pub struct StateService {
     store: Arc<Store>,
     policy: Arc<Policy>,
+    limits: PeerLimits,
+    watches: Arc<WatchCounts>,
     /// Held across the name checks and the write of a resource definition, so that two
     /// definitions cannot both pass the checks and then take the same name.
     meta_writes: Arc<std::sync::Mutex<()>>,
@@ -45,22 +115,50 @@ fn invalid(msg: impl Into<String>) -> Status {
 }
 
 impl StateService {
-    /// A service over `store` with `policy`.
-    pub fn new(store: Arc<Store>, policy: Arc<Policy>) -> Self {
+    /// A service over `store` with `policy`, holding each peer to `limits`.
+    pub fn new(store: Arc<Store>, policy: Arc<Policy>, limits: PeerLimits) -> Self {
         Self {
             store,
             policy,
+            limits,
+            watches: Arc::default(),
             meta_writes: Arc::new(std::sync::Mutex::new(())),
         }
     }
 
-    fn peer<T>(&self, req: &Request<T>) -> Peer {
-        let uid = req
-            .extensions()
+    fn uid<T>(req: &Request<T>) -> Option<u32> {
+        req.extensions()
             .get::<UdsConnectInfo>()
             .and_then(|i| i.peer_cred)
-            .map(|c| c.uid());
-        self.policy.identify(uid)
+            .map(|c| c.uid())
+    }
+
+    fn peer<T>(&self, req: &Request<T>) -> Peer {
+        self.policy.identify(Self::uid(req))
+    }
+
+    /// Takes one of the peer's watch slots, or says which limit it reached.
+    fn watch_slot(&self, uid: Option<u32>, peer: &Peer) -> Result<WatchSlot, Status> {
+        let uid = uid.unwrap_or(u32::MAX);
+        let (max, who) = match peer {
+            Peer::Admin => (self.limits.watches_admin, "admin".to_string()),
+            Peer::Daemon { name, .. } => (self.limits.watches_per_daemon, format!("daemon {name}")),
+            Peer::Stranger(u) => (0, format!("uid {u}")),
+        };
+        let mut m = self.watches.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(uid).or_insert(0);
+        if *n >= max {
+            return Err(StateError::new(
+                ErrorKind::LimitReached,
+                format!("{who} has {n} open watches, its limit: close some first"),
+            )
+            .to_status());
+        }
+        *n += 1;
+        Ok(WatchSlot {
+            counts: self.watches.clone(),
+            uid,
+        })
     }
 
     /// The `meta` write lock, for a write to `meta`.
@@ -387,7 +485,8 @@ impl proto::state_server::State for StateService {
         &self,
         req: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        self.check(&req, &req.get_ref().namespace, Access::Read)?;
+        let peer = self.check(&req, &req.get_ref().namespace, Access::Read)?;
+        let slot = self.watch_slot(Self::uid(&req), &peer)?;
         let r = req.into_inner();
         let opts = r.options.unwrap_or_default();
         if r.r#type.is_empty() {
@@ -429,7 +528,14 @@ impl proto::state_server::State for StateService {
         let epoch = self.store.epoch();
         let mut first: Vec<proto::Event> = Vec::new();
         let pos = if let Some(b) = &opts.start_from_bookmark {
-            self.store.resolve_bookmark(&ns, &ty, b).map_err(status)?
+            match self.store.resolve_bookmark(&ns, &ty, b) {
+                Ok(pos) => pos,
+                Err(e) => {
+                    drop(notify);
+                    self.store.release(&ns, &ty);
+                    return Err(status(e));
+                }
+            }
         } else if opts.tail_events > 0 {
             let n = usize::try_from(opts.tail_events).unwrap_or(0);
             self.store.tail_start(&ns, &ty, r.id.as_deref(), n)
@@ -490,6 +596,7 @@ impl proto::state_server::State for StateService {
             epoch,
             pos,
             tx,
+            _slot: slot,
         };
         tokio::spawn(w.run(first, notify));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -542,6 +649,8 @@ impl proto::state_server::State for StateService {
                 Err(_) => break,
             };
         }
+        drop(notify);
+        self.store.release(&r.namespace, &r.r#type);
         Ok(Response::new(proto::TeardownAndDestroyResponse {}))
     }
 }
@@ -560,6 +669,8 @@ struct Watcher {
     epoch: u64,
     pos: u64,
     tx: mpsc::Sender<Result<proto::WatchResponse, Status>>,
+    /// The peer's watch slot, given back when the watch ends.
+    _slot: WatchSlot,
 }
 
 impl Watcher {
@@ -611,7 +722,14 @@ impl Watcher {
         }
     }
 
-    async fn run(
+    /// Runs the watch; when it ends, the kind's collection is released if it holds nothing.
+    async fn run(self, first: Vec<proto::Event>, notify: tokio::sync::watch::Receiver<u64>) {
+        let (store, ns, ty) = (self.store.clone(), self.ns.clone(), self.ty.clone());
+        self.pump(first, notify).await;
+        store.release(&ns, &ty);
+    }
+
+    async fn pump(
         mut self,
         first: Vec<proto::Event>,
         mut notify: tokio::sync::watch::Receiver<u64>,

@@ -25,6 +25,81 @@ pub const DEFAULT_HISTORY: usize = 4096;
 /// The owner of resources stated writes itself (namespaces, meta definitions).
 pub const STATED_OWNER: &str = "stated";
 
+/// What stated keeps at most, so that nothing a client sends grows its memory or disk without
+/// bound. Reaching a limit is `LimitReached` (gRPC RESOURCE_EXHAUSTED) with a message naming it.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Resources in one namespace.
+    pub resources_per_namespace: usize,
+    /// Bytes of resources (specs and metadata) in one namespace.
+    pub bytes_per_namespace: usize,
+    /// Resource types in one namespace.
+    pub types_per_namespace: usize,
+    /// Bytes of past versions kept in the watch history, over all kinds: beyond it the oldest
+    /// events go first (a watch behind them resumes by relisting).
+    pub history_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            resources_per_namespace: 262_144,
+            bytes_per_namespace: 256 * 1024 * 1024,
+            types_per_namespace: 1024,
+            history_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// The log is compacted once it holds more than twice the live data, and at least this much.
+const MIN_COMPACT_BYTES: u64 = 4 * 1024 * 1024;
+
+/// What the store holds, for tests and logs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Stored resources.
+    pub resources: usize,
+    /// Their bytes (specs and metadata).
+    pub live_bytes: usize,
+    /// (namespace, type) collections in memory, including those only watched.
+    pub collections: usize,
+    /// Events kept in the watch history.
+    pub history_events: usize,
+    /// Bytes of the resources those events hold.
+    pub history_bytes: usize,
+    /// Bytes of the run log since its last compaction.
+    pub log_bytes: u64,
+}
+
+/// Memory a resource takes, as the limits count it.
+fn size_of(r: &RawResource) -> usize {
+    let md = &r.metadata;
+    r.spec.len()
+        + r.yaml_spec.len()
+        + md.namespace.len()
+        + md.r#type.len()
+        + md.id.len()
+        + md.owner.len()
+        + md.labels
+            .iter()
+            .chain(&md.annotations)
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+        + md.finalizers.iter().map(String::len).sum::<usize>()
+        + 128
+}
+
+/// Resources and bytes of one namespace.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    resources: usize,
+    bytes: usize,
+}
+
+fn limit(msg: String) -> StateError {
+    StateError::new(ErrorKind::LimitReached, msg)
+}
+
 /// (namespace, type).
 pub type Kind = (String, String);
 
@@ -53,6 +128,8 @@ pub struct StoredEvent {
     /// The event as sent on the wire when no filter rewrites it, built once by the first
     /// watcher and cloned by the others.
     pub wire: std::sync::OnceLock<proto::Event>,
+    /// The bytes of the resource it holds, as counted against the history limit.
+    size: usize,
 }
 
 struct Collection {
@@ -87,6 +164,11 @@ struct Inner {
     durable_namespaces: Box<dyn Fn(&str) -> bool + Send>,
     resources: usize,
     log_records: usize,
+    limits: Limits,
+    live_bytes: usize,
+    usage: HashMap<String, Usage>,
+    history_bytes: usize,
+    history_events: usize,
 }
 
 /// The store. All methods are synchronous and short; watches wait on [`Store::subscribe`].
@@ -117,6 +199,8 @@ pub struct StoreConfig<'a> {
     pub namespaces: Vec<(String, String)>,
     /// Events kept per (namespace, type).
     pub history: usize,
+    /// What the store keeps at most.
+    pub limits: Limits,
 }
 
 fn new_epoch() -> u64 {
@@ -225,6 +309,11 @@ impl Store {
             durable_namespaces: cfg.durable,
             resources: 0,
             log_records: 0,
+            limits: cfg.limits,
+            live_bytes: 0,
+            usage: HashMap::new(),
+            history_bytes: 0,
+            history_events: 0,
         };
         let mut fresh = true;
         if let Some(dir) = cfg.run_dir {
@@ -551,6 +640,37 @@ impl Store {
         Ok((out, next))
     }
 
+    /// Forgets the kind's collection if nothing is left in it: no resources, no history, no
+    /// watcher, and nothing ever trimmed (a watch of a made-up type leaves nothing behind).
+    /// Called when a watch ends, after it dropped its receiver.
+    pub fn release(&self, ns: &str, ty: &str) {
+        let mut inner = lock(&self.inner);
+        let base = inner.base;
+        let key = (ns.to_string(), ty.to_string());
+        let empty = inner.collections.get(&key).is_some_and(|c| {
+            c.items.is_empty()
+                && c.history.is_empty()
+                && c.floor == base
+                && c.notify.receiver_count() == 0
+        });
+        if empty {
+            inner.collections.remove(&key);
+        }
+    }
+
+    /// What the store holds.
+    pub fn stats(&self) -> Stats {
+        let inner = lock(&self.inner);
+        Stats {
+            resources: inner.resources,
+            live_bytes: inner.live_bytes,
+            collections: inner.collections.len(),
+            history_events: inner.history_events,
+            history_bytes: inner.history_bytes,
+            log_bytes: inner.run.as_ref().map_or(0, RunFiles::log_bytes),
+        }
+    }
+
     /// Number of stored resources.
     pub fn len(&self) -> usize {
         lock(&self.inner).resources
@@ -610,8 +730,93 @@ impl Inner {
             .collections
             .entry(kind)
             .or_insert_with(|| Collection::new(base));
-        if c.items.insert(r.metadata.id.clone(), Arc::new(r)).is_none() {
+        let r = Arc::new(r);
+        let old = c.items.insert(r.metadata.id.clone(), r.clone());
+        self.account(Some(&r), old.as_deref());
+    }
+
+    /// Counts a resource in (`new`) and out (`old`) of the live data and its namespace's usage.
+    fn account(&mut self, new: Option<&RawResource>, old: Option<&RawResource>) {
+        if let Some(o) = old {
+            let size = size_of(o);
+            self.live_bytes = self.live_bytes.saturating_sub(size);
+            let u = self.usage.entry(o.metadata.namespace.clone()).or_default();
+            u.bytes = u.bytes.saturating_sub(size);
+            u.resources = u.resources.saturating_sub(1);
+            self.resources = self.resources.saturating_sub(1);
+        }
+        if let Some(n) = new {
+            let size = size_of(n);
+            self.live_bytes += size;
+            let u = self.usage.entry(n.metadata.namespace.clone()).or_default();
+            u.bytes += size;
+            u.resources += 1;
             self.resources += 1;
+        }
+    }
+
+    /// Refuses a write that would take a namespace past its limits: `new` replacing `old`.
+    fn check_limits(&self, new: &RawResource, old: Option<&RawResource>) -> Result<(), StateError> {
+        let ns = &new.metadata.namespace;
+        let u = self.usage.get(ns).copied().unwrap_or_default();
+        let l = &self.limits;
+        if old.is_none() {
+            if u.resources >= l.resources_per_namespace {
+                return Err(limit(format!(
+                    "namespace {} holds {} resources, its limit",
+                    cosi::error::quoted(ns),
+                    u.resources
+                )));
+            }
+            let kind = kind_of(&new.metadata);
+            let known = self
+                .collections
+                .get(&kind)
+                .is_some_and(|c| !c.items.is_empty() || !c.history.is_empty());
+            if !known {
+                let types = self
+                    .collections
+                    .iter()
+                    .filter(|(k, c)| k.0 == *ns && (!c.items.is_empty() || !c.history.is_empty()))
+                    .count();
+                if types >= l.types_per_namespace {
+                    return Err(limit(format!(
+                        "namespace {} holds {types} resource types, its limit",
+                        cosi::error::quoted(ns)
+                    )));
+                }
+            }
+        }
+        let after = (u.bytes + size_of(new)).saturating_sub(old.map_or(0, size_of));
+        if after > l.bytes_per_namespace && after > u.bytes {
+            return Err(limit(format!(
+                "namespace {} would hold {after} bytes of resources, over its limit of {}",
+                cosi::error::quoted(ns),
+                l.bytes_per_namespace
+            )));
+        }
+        Ok(())
+    }
+
+    /// Drops the oldest history events, over all kinds, until the history fits its byte limit.
+    /// A kind's `floor` rises with what it lost, so a watch behind it relists.
+    fn trim_history(&mut self) {
+        while self.history_bytes > self.limits.history_bytes {
+            let oldest = self
+                .collections
+                .iter()
+                .filter_map(|(k, c)| c.history.front().map(|e| (e.seq, k)))
+                .min_by_key(|(seq, _)| *seq)
+                .map(|(_, k)| k.clone());
+            let Some(kind) = oldest else { break };
+            let Some(c) = self.collections.get_mut(&kind) else {
+                break;
+            };
+            if let Some(e) = c.history.pop_front() {
+                c.floor = e.seq;
+                self.history_bytes = self.history_bytes.saturating_sub(e.size);
+                self.history_events = self.history_events.saturating_sub(1);
+            }
         }
     }
 
@@ -654,31 +859,35 @@ impl Inner {
             .collections
             .entry(key)
             .or_insert_with(|| Collection::new(base));
-        match kind {
+        let (added, removed) = match kind {
             EventKind::Created | EventKind::Updated => {
-                if c.items.insert(r.metadata.id.clone(), r.clone()).is_none() {
-                    self.resources += 1;
-                }
+                let prev = c.items.insert(r.metadata.id.clone(), r.clone());
+                (Some(r.clone()), prev)
             }
-            EventKind::Destroyed => {
-                if c.items.remove(&r.metadata.id).is_some() {
-                    self.resources -= 1;
-                }
-            }
-        }
+            EventKind::Destroyed => (None, c.items.remove(&r.metadata.id)),
+        };
+        let size = size_of(&r);
         c.history.push_back(Arc::new(StoredEvent {
             seq,
             kind,
             resource: r,
             old,
             wire: std::sync::OnceLock::new(),
+            size,
         }));
+        let mut dropped = (0usize, 0usize);
         while c.history.len() > cap {
             if let Some(e) = c.history.pop_front() {
                 c.floor = e.seq;
+                dropped.0 += 1;
+                dropped.1 += e.size;
             }
         }
         c.notify.send_replace(seq);
+        self.history_events = (self.history_events + 1).saturating_sub(dropped.0);
+        self.history_bytes = (self.history_bytes + size).saturating_sub(dropped.1);
+        self.account(added.as_deref(), removed.as_deref());
+        self.trim_history();
     }
 
     /// Persists then applies a write. Nothing changes in memory if persisting fails.
@@ -726,7 +935,10 @@ impl Inner {
         }
         self.seq = seq;
         self.apply(seq, kind, r, old);
-        if self.log_records > 100_000 && self.log_records > 2 * self.resources {
+        // Compact once the log holds more than twice the live data (and a few MiB): the log
+        // then never grows past about three times what is stored, however often it is written.
+        let log = self.run.as_ref().map_or(0, RunFiles::log_bytes);
+        if log > MIN_COMPACT_BYTES.max(2 * self.live_bytes as u64) {
             if let Err(e) = self.compact() {
                 tracing::warn!(error = %cosi::error::Chain(&e), "log compaction failed; will retry");
             }
@@ -766,6 +978,7 @@ impl Inner {
                 ),
             ));
         }
+        self.check_limits(&r, None)?;
         let now = SystemTime::now();
         r.metadata.version = 1;
         r.metadata.owner = owner.to_string();
@@ -813,6 +1026,7 @@ impl Inner {
                 ),
             ));
         }
+        self.check_limits(&r, Some(&cur))?;
         r.metadata.version = cur.metadata.version + 1;
         r.metadata.owner = cur.metadata.owner.clone();
         r.metadata.created = cur.metadata.created;

@@ -44,6 +44,8 @@ impl Harness {
             run_dir: dir.path().join("run"),
             manifest: None,
             history: crate::store::DEFAULT_HISTORY,
+            limits: crate::store::Limits::default(),
+            peer_limits: crate::server::PeerLimits::default(),
         };
         f(&mut config);
         let (store, runtime) = spawn(&config);
