@@ -10,13 +10,15 @@
 //!   `cluster.network.podSubnets`/`serviceSubnets` and `cluster.apiServer.auditPolicy`, which are
 //!   replaced, and `machine.network.interfaces` (merged by `interface` or `deviceSelector`), their
 //!   `vlans` (by `vlanId`) and `cluster.apiServer.admissionControl` (by `name`), whose matching
-//!   items are merged; a scalar replaces the old value unless it is null or a zero value (`""`,
-//!   `0`); booleans always replace.
+//!   items are merged; in typed documents lists are appended to, except an
+//!   `ExtensionServiceConfig`'s `configFiles` (merged by `mountPath`); a scalar replaces the old
+//!   value unless it is null or a zero value (`""`, `0`); booleans always replace.
 //!
 //!   `$patch: delete` deletes: as the only content of a key's value (`hostname: {$patch: delete}`)
 //!   the key; in a list item (`- {interface: eth0, $patch: delete}`) the item whose first other
 //!   field matches; at the top of a typed document the whole document. Deletions of a patch
-//!   document are applied before its content is merged.
+//!   document are applied before its content is merged; a deletion in a document the
+//!   configuration does not have is a no-op, as upstream.
 //!
 //! Patches are decoded strictly (unknown fields are errors); the result is not validated: the
 //! caller re-decodes and validates it.
@@ -57,9 +59,6 @@ pub enum PatchError {
         /// The path that was not found.
         path: String,
     },
-    /// A `$patch: delete` names a document that does not exist.
-    #[error("patch delete: document '{0}' not found")]
-    DeleteDocumentNotFound(String),
     /// Two values of different shapes (e.g. a list and a mapping) meet in a merge.
     #[error("merge type mismatch in document '{document}' at '{path}': cannot merge {right} into {left}")]
     MergeTypeMismatch {
@@ -363,7 +362,6 @@ fn apply_strategic(docs: &mut Vec<Doc>, patch: &StrategicMergePatch) -> Result<(
                 Some(doc) => {
                     let mut merger = Merger {
                         doc: id,
-                        v1alpha1: *id == DocumentId::V1Alpha1,
                         path: Vec::new(),
                     };
                     merger.merge(&mut doc.value, value)?;
@@ -386,8 +384,10 @@ fn apply_strategic(docs: &mut Vec<Doc>, patch: &StrategicMergePatch) -> Result<(
 }
 
 fn apply_delete(docs: &mut Vec<Doc>, selector: &DeleteSelector) -> Result<(), PatchError> {
+    // Upstream applies a delete selector only to a document that is there: deleting (in) a
+    // document the configuration does not have changes nothing.
     let Some(position) = docs.iter().position(|d| d.id == selector.doc) else {
-        return Err(PatchError::DeleteDocumentNotFound(selector.doc.to_string()));
+        return Ok(());
     };
     if selector.path.is_empty() {
         docs.remove(position);
@@ -444,7 +444,7 @@ fn apply_delete(docs: &mut Vec<Doc>, selector: &DeleteSelector) -> Result<(), Pa
     }
 }
 
-/// How a list (or free-form value) at a given path of the v1alpha1 document merges.
+/// How a list (or free-form value) at a given path of a document merges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ListRule {
     Append,
@@ -452,6 +452,9 @@ enum ListRule {
     Devices,
     Vlans,
     ByName,
+    /// Items are merged by `mountPath`; an item without one matches another without one, as
+    /// upstream compares the (empty) Go field values.
+    ByMountPath,
 }
 
 fn rule_for(path: &[String]) -> ListRule {
@@ -462,6 +465,17 @@ fn rule_for(path: &[String]) -> ListRule {
         ["cluster", "apiServer", "admissionControl"] => ListRule::ByName,
         ["cluster", "network", "podSubnets" | "serviceSubnets"]
         | ["cluster", "apiServer", "auditPolicy"] => ListRule::Replace,
+        _ => ListRule::Append,
+    }
+}
+
+/// The list rules of typed documents: upstream's `merge` package appends lists unless the
+/// document type has its own `Merge` (or a `merge:"replace"` tag). Of the kinds checked against
+/// upstream (`ExtensionServiceConfig` and the network kinds networkd reads), only this one does.
+fn typed_rule_for(api_version: &str, kind: &str, path: &[String]) -> ListRule {
+    let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    match (api_version, kind, p.as_slice()) {
+        ("v1alpha1", "ExtensionServiceConfig", ["configFiles"]) => ListRule::ByMountPath,
         _ => ListRule::Append,
     }
 }
@@ -492,6 +506,10 @@ fn item_key(rule: ListRule, item: &Value) -> Option<ItemKey> {
         }
         ListRule::Vlans => map.get("vlanId").and_then(Value::as_u64).map(ItemKey::Id),
         ListRule::ByName => map.get("name").and_then(scalar_text).map(ItemKey::Name),
+        ListRule::ByMountPath => match map.get("mountPath") {
+            None | Some(Value::Null) => Some(ItemKey::Name(String::new())),
+            Some(v) => scalar_text(v).map(ItemKey::Name),
+        },
         ListRule::Append | ListRule::Replace => None,
     }
 }
@@ -518,16 +536,16 @@ fn is_zero_scalar(v: &Value) -> bool {
 
 struct Merger<'a> {
     doc: &'a DocumentId,
-    v1alpha1: bool,
     path: Vec<String>,
 }
 
 impl Merger<'_> {
     fn rule(&self) -> ListRule {
-        if self.v1alpha1 {
-            rule_for(&self.path)
-        } else {
-            ListRule::Append
+        match self.doc {
+            DocumentId::V1Alpha1 => rule_for(&self.path),
+            DocumentId::Typed {
+                api_version, kind, ..
+            } => typed_rule_for(api_version, kind, &self.path),
         }
     }
 
@@ -707,6 +725,18 @@ mod tests {
         assert_eq!(
             value(&out),
             value("machine:\n  network:\n    interfaces:\n      - interface: eth1\n  nodeLabels: {}\n")
+        );
+    }
+
+    #[test]
+    fn config_files_merge_by_mount_path_even_when_absent() {
+        // Upstream compares the Go field values, so two files without a mountPath match.
+        let base = "machine: {}\n---\napiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: x\nconfigFiles:\n  - content: a\n  - content: b\n    mountPath: /b\n";
+        let patch = "apiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: x\nconfigFiles:\n  - content: a2\n  - content: b2\n    mountPath: /b\n";
+        let out = apply(base, patch).expect("patched");
+        assert_eq!(
+            value(out.split("---\n").nth(1).expect("second document")),
+            value("apiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: x\nconfigFiles:\n  - content: a2\n  - content: b2\n    mountPath: /b\n")
         );
     }
 
