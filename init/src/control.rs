@@ -12,8 +12,8 @@ use std::sync::Arc;
 use futures::Stream;
 use proto::init::init_server::{Init, InitServer};
 use proto::init::{
-    ListRequest, ListResponse, LogLine, LogsRequest, PowerRequest, PowerResponse, Service,
-    ServiceRequest, ServiceResponse,
+    AuditRequest, AuditResponse, DaemonAudit, ListRequest, ListResponse, LogLine, LogsRequest,
+    PowerRequest, PowerResponse, Service, ServiceRequest, ServiceResponse,
 };
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;
@@ -197,6 +197,29 @@ impl Init for Control {
             .send(PowerAction::PowerOff)
             .map_err(|_| Status::unavailable("already shutting down"))?;
         Ok(Response::new(PowerResponse {}))
+    }
+
+    async fn audit(&self, req: Request<AuditRequest>) -> Result<Response<AuditResponse>, Status> {
+        admin(&req)?;
+        let daemons = self
+            .supervisor
+            .audit_now()
+            .await
+            .into_iter()
+            .map(|(name, r)| match r {
+                Ok(spec) => DaemonAudit {
+                    name,
+                    security_json: serde_json::to_string(&spec).unwrap_or_default(),
+                    error: String::new(),
+                },
+                Err(error) => DaemonAudit {
+                    name,
+                    security_json: String::new(),
+                    error,
+                },
+            })
+            .collect();
+        Ok(Response::new(AuditResponse { daemons }))
     }
 
     async fn reboot(&self, req: Request<PowerRequest>) -> Result<Response<PowerResponse>, Status> {

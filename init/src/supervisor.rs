@@ -68,6 +68,8 @@ pub struct Unit {
     pub status: watch::Sender<ServiceStatusSpec>,
     /// Its observed sandbox, once it ran ready (daemons only).
     pub security: Mutex<Option<DaemonSecuritySpec>>,
+    /// The pid of the run being observed and what the sandbox applied to it.
+    applied: Mutex<Option<(i32, sandbox::Applied)>>,
     /// Its output.
     pub logs: Arc<LogBuffer>,
     cmd: mpsc::UnboundedSender<Cmd>,
@@ -169,6 +171,7 @@ impl Supervisor {
             })
             .0,
             security: Mutex::new(None),
+            applied: Mutex::new(None),
             logs: Arc::new(LogBuffer::new()),
             cmd: tx,
         });
@@ -199,6 +202,7 @@ impl Supervisor {
             })
             .0,
             security: Mutex::new(None),
+            applied: Mutex::new(None),
             logs: Arc::new(LogBuffer::new()),
             cmd: mpsc::unbounded_channel().0,
         });
@@ -255,6 +259,42 @@ impl Supervisor {
     pub async fn restart(&self, id: &str) -> Result<ServiceStatusSpec, ControlError> {
         let unit = self.find(id)?;
         self.command(&unit, Cmd::Restart).await
+    }
+
+    /// Every daemon's sandbox as /proc shows it now (every thread of its running process),
+    /// for `talosctl audit`: a daemon not running gets its reason instead.
+    pub async fn audit_now(&self) -> Vec<(String, Result<DaemonSecuritySpec, String>)> {
+        let mut out = Vec::new();
+        for unit in self.units() {
+            let Some(audit) = unit.launch.as_ref().and_then(|l| l.audit.clone()) else {
+                continue;
+            };
+            let pid = unit.snapshot().pid;
+            let applied = unit
+                .applied
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .filter(|(p, _)| *p == pid && pid > 0);
+            let Some((_, applied)) = applied else {
+                out.push((unit.id.clone(), Err("not running".to_string())));
+                continue;
+            };
+            let observed = tokio::task::spawn_blocking(move || {
+                sandbox::observe(pid).map(|o| audit.describe(o.with_applied(applied)))
+            })
+            .await;
+            match observed {
+                Ok(Ok(spec)) => {
+                    *unit.security.lock().unwrap_or_else(|e| e.into_inner()) = Some(spec.clone());
+                    self.changed.notify_one();
+                    out.push((unit.id.clone(), Ok(spec)));
+                }
+                Ok(Err(e)) => out.push((unit.id.clone(), Err(e.to_string()))),
+                Err(e) => out.push((unit.id.clone(), Err(e.to_string()))),
+            }
+        }
+        out
     }
 
     /// Marks the supervisor as shutting down: nothing restarts any more.
@@ -670,8 +710,12 @@ async fn terminate(pid: i32, grace: Duration, exit: &mut oneshot::Receiver<Exit>
     }
 }
 
-/// Reads the unit's sandbox back from /proc (every thread) once it is ready, and again a
-/// little later (threads a runtime starts lazily).
+/// How often a running daemon's sandbox is read back from /proc again, so its `DaemonSecurity`
+/// follows what the kernel says (threads come and go) and not a snapshot of its start.
+const OBSERVE_EVERY: Duration = Duration::from_secs(10);
+
+/// Reads the unit's sandbox back from /proc (every thread) once it is ready, again a little
+/// later (threads a runtime starts lazily), then every [`OBSERVE_EVERY`] while it runs.
 fn observe_later(
     unit: Arc<Unit>,
     sup: Arc<Supervisor>,
@@ -682,8 +726,12 @@ fn observe_later(
     let Some(audit) = launch.audit.clone() else {
         return;
     };
+    *unit.applied.lock().unwrap_or_else(|e| e.into_inner()) = Some((pid, applied.clone()));
     tokio::spawn(async move {
-        for delay in [Duration::ZERO, Duration::from_secs(2)] {
+        let delays = [Duration::ZERO, Duration::from_secs(2)]
+            .into_iter()
+            .chain(std::iter::repeat(OBSERVE_EVERY));
+        for delay in delays {
             tokio::time::sleep(delay).await;
             if unit.status.borrow().pid != pid {
                 return;

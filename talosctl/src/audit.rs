@@ -1,6 +1,7 @@
-//! `talosctl audit`: per daemon, what the kernel says about its sandbox (from the
-//! `DaemonSecurity` resources init publishes after reading `/proc/<pid>/task/*/status` of every
-//! thread), beside what the manifest declares, with the exposure score on the
+//! `talosctl audit`: per daemon, what the kernel says about its sandbox at the time of the call
+//! (init reads `/proc/<pid>/task/*/status` of every thread when asked, over its control socket;
+//! the `DaemonSecurity` resources it publishes are refreshed every 10 s), beside what the
+//! manifest declares, with the exposure score on the
 //! `systemd-analyze security` model. `--threshold N` exits non-zero when a daemon's exposure
 //! (0–100, shown as N/10) is above N, as `systemd-analyze security --threshold` does, for CI.
 
@@ -9,8 +10,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use cosi::{Query, ResourceSpec};
-use machinery::resources::runtime::{DaemonSecuritySpec, NAMESPACE};
+use machinery::resources::runtime::DaemonSecuritySpec;
 
 use crate::services::table;
 
@@ -35,28 +35,33 @@ pub struct AuditArgs {
     pub threshold: u64,
 }
 
-/// Runs `audit` against the stated at `socket`.
+/// Runs `audit` against the init whose control socket is `socket`.
 pub async fn run(socket: &Path, args: &AuditArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let client = cosi::Client::new(socket)?;
-    let list = client
-        .list(NAMESPACE, DaemonSecuritySpec::TYPE, &Query::default())
+    let mut client = crate::services::connect(socket)?;
+    let reply = client
+        .audit(proto::init::AuditRequest {})
         .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))
         .with_context(|| {
             format!(
-                "cannot list DaemonSecurity from stated at {}",
+                "cannot audit through init's control socket {}",
                 socket.display()
             )
-        })?;
-    let mut daemons = Vec::with_capacity(list.len());
-    for raw in &list {
-        let r = raw
-            .decode::<DaemonSecuritySpec>()
-            .with_context(|| format!("DaemonSecurity {} does not decode", raw.metadata.id))?;
-        daemons.push((raw.metadata.id.clone(), r.spec));
+        })?
+        .into_inner();
+    let mut daemons = Vec::with_capacity(reply.daemons.len());
+    for d in reply.daemons {
+        if !d.error.is_empty() {
+            eprintln!("{}: not audited: {}", d.name, d.error);
+            continue;
+        }
+        let spec: DaemonSecuritySpec = serde_json::from_str(&d.security_json)
+            .with_context(|| format!("the audit of {} does not decode", d.name))?;
+        daemons.push((d.name, spec));
     }
     anyhow::ensure!(
         !daemons.is_empty(),
-        "no DaemonSecurity resources: is init running and are its daemons ready?"
+        "init reports no running daemon to audit"
     );
     match args.output {
         Format::Json => {

@@ -169,7 +169,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             block_on(logs::run(&t.init_socket, args, out))
         }),
         Command::Audit(args) => each_node(&cli, &mut out, |t, out| {
-            block_on(audit::run(&t.state_socket, args, out))
+            block_on(audit::run(&t.init_socket, args, out))
         }),
         Command::Shutdown => each_node(&cli, &mut out, |t, out| {
             block_on(power::run(&t.init_socket, false, out))

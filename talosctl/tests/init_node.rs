@@ -242,6 +242,34 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
     assert!(daemons.iter().all(
         |d| d["observed"]["noNewPrivs"] == true && !d["checks"].as_array().unwrap().is_empty()
     ));
+    // The thread count is what /proc says at the time of the call, not a snapshot of the
+    // daemon's start: equal to the tasks its process has now (read right before and after).
+    for d in daemons {
+        let pid = d["pid"].as_i64().unwrap() as i32;
+        let host = node.host_pid(pid).unwrap();
+        let tasks = || {
+            std::fs::read_dir(format!("/proc/{host}/task"))
+                .unwrap()
+                .count() as u64
+        };
+        let (before, reported) = (tasks(), d["threads"].as_u64().unwrap());
+        let again = talosctl(&node, &["audit", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+        let now = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["daemon"] == d["daemon"])
+            .unwrap()["threads"]
+            .as_u64()
+            .unwrap();
+        let after = tasks();
+        assert!(
+            (before.min(after)..=before.max(after)).contains(&now),
+            "{}: audit says {now} threads (first {reported}), /proc has {before}..{after}",
+            d["daemon"]
+        );
+    }
 
     let out = talosctl(&node, &["audit", "--threshold", &(max - 1).to_string()]);
     assert_eq!(out.status.code(), Some(1), "above the threshold: {out:?}");
