@@ -98,6 +98,9 @@ impl Audit {
                 mismatches.push(format!("{who}: seccomp mode {:?}", t.seccomp));
             }
         }
+        if observed.dumpable == Some(true) {
+            mismatches.push("the process is dumpable: its uid could read its memory".to_string());
+        }
         if landlock == Some(LandlockEnforcement::NotEnforced) && !self.declared.paths.is_empty() {
             mismatches.push("landlock is not enforced by this kernel".to_string());
         }
@@ -143,6 +146,7 @@ impl Audit {
                 }
                 .to_string(),
                 landlock_abi: observed.landlock_kernel_abi,
+                non_dumpable: observed.dumpable.map(|d| !d),
             },
             declared: self.declared.clone(),
             mismatches,

@@ -163,6 +163,12 @@ async fn every_thread_of_every_daemon_has_its_uid_exactly_its_capabilities_nnp_a
             observed.threads.len() >= 2,
             "{name}: a tokio runtime has threads"
         );
+        // Non-dumpable (the daemon skeleton's first step): its /proc files are root's, so a
+        // process of its uid could not read its memory.
+        assert_eq!(observed.dumpable, Some(false), "{name}: dumpable");
+        use std::os::unix::fs::MetadataExt;
+        let mem = std::fs::metadata(format!("/proc/{host}/mem")).unwrap();
+        assert_eq!(mem.uid(), 0, "{name}: /proc/<pid>/mem is root's");
         for t in &observed.threads {
             let who = format!("{name} thread {} ({})", t.tid, t.name);
             assert_eq!(t.uid.all(), [d.uid; 4], "{who}: uid");

@@ -14,6 +14,7 @@ import json, os
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 FIONBIO = 0x5421
 PR_SET_NAME = 15
+PR_SET_DUMPABLE = 4
 
 def call(name, comment=None, args=None):
     d = {"syscall": name}
@@ -56,6 +57,9 @@ RUNTIME = [
          "scores RestrictNamespaces as not restricted"),
     call("prctl", "only PR_SET_NAME (tokio names its threads); no other prctl after the sandbox is set",
          [arg_eq(0, PR_SET_NAME, "PR_SET_NAME")]),
+    call("prctl", "PR_SET_DUMPABLE to 0 only: the daemon makes itself non-dumpable first thing "
+         "(sandbox::daemon::harden; execve resets the flag)",
+         [arg_eq(0, PR_SET_DUMPABLE, "PR_SET_DUMPABLE"), arg_eq(1, 0, "0: not dumpable")]),
     call("epoll_create1"), call("epoll_ctl"), call("epoll_wait"), call("epoll_pwait"),
     call("eventfd2", "mio's waker"),
     call("socketpair", "tokio's signal driver: a UNIX stream pair", [arg_eq(0, AF_UNIX, "AF_UNIX")]),

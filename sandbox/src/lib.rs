@@ -15,6 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod capset;
+pub mod daemon;
 pub mod landlock;
 pub mod observe;
 pub mod policy;

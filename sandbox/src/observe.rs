@@ -93,6 +93,10 @@ pub struct Observed {
     /// What the spawner applied, which `/proc` cannot show (landlock, the seccomp allow-list);
     /// `None` when observing a process this code did not spawn.
     pub applied: Option<Applied>,
+    /// Whether the process is dumpable, as /proc shows it: the kernel gives a non-dumpable
+    /// process's `/proc/<pid>` files to root. `None` for a process running as root (its files
+    /// are root's either way).
+    pub dumpable: Option<bool>,
 }
 
 impl Observed {
@@ -171,11 +175,21 @@ pub fn observe_in(proc_root: &Path, pid: i32) -> Result<Observed, ObserveError> 
     if threads.is_empty() {
         return Err(ObserveError::Gone { pid });
     }
+    let euid = threads[0].uid.effective;
+    let dumpable = if euid == 0 {
+        None
+    } else {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(proc_root.join(pid.to_string()).join("environ"))
+            .ok()
+            .map(|m| m.uid() == euid)
+    };
     Ok(Observed {
         pid,
         threads,
         landlock_kernel_abi: crate::landlock::kernel_abi(),
         applied: None,
+        dumpable,
     })
 }
 

@@ -925,6 +925,7 @@ mod tests {
                 thread(1001, caps, true, SeccompMode::Filter),
             ],
             landlock_kernel_abi: abi,
+            dumpable: Some(false),
             applied: Some(Applied {
                 program: "/bin/x".into(),
                 uid: 1001,
@@ -1107,6 +1108,7 @@ mod tests {
             threads: vec![thread(0, all, false, SeccompMode::Disabled)],
             landlock_kernel_abi: 7,
             applied: None,
+            dumpable: None,
         };
         let reach = IpcReach {
             writes: vec![],

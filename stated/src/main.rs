@@ -1,10 +1,12 @@
-use std::io::Write as _;
-use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
+//! stated: the resource broker of a talos-rs node (the logic is in the library).
+
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+use sandbox::daemon::{shutdown_signal, Daemon, Notifier, EX_CONFIG};
 
 /// stated: the talos-rs resource broker (COSI State API on a Unix socket).
 #[derive(Parser, Debug)]
@@ -34,16 +36,18 @@ struct Args {
     /// socket across restarts of stated, so clients never see it missing).
     #[arg(long, value_name = "FD")]
     listen_fd: Option<RawFd>,
+    /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `stated=debug`); `RUST_LOG`
+    /// wins when set.
+    #[arg(long, default_value = "info")]
+    log_level: String,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let d = match Daemon::start("stated", &args.log_level) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
     let manifest = match args
         .manifest
         .as_deref()
@@ -53,7 +57,7 @@ fn main() -> ExitCode {
         Ok(m) => m,
         Err(e) => {
             eprintln!("stated: {}", cosi::error::Chain(&e));
-            return ExitCode::from(78);
+            return ExitCode::from(EX_CONFIG);
         }
     };
     let run_dir = args.run_dir.unwrap_or_else(|| {
@@ -72,57 +76,22 @@ fn main() -> ExitCode {
         limits: stated::store::Limits::default(),
         peer_limits: stated::server::PeerLimits::default(),
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("stated: cannot start runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let notify = match d.notifier(args.notify_fd) {
+        Ok(n) => n,
+        Err(code) => return code,
     };
-    let (notify, listen) = match (take_fd(args.notify_fd), take_fd(args.listen_fd)) {
-        (Ok(n), Ok(l)) => (n, l),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("stated: {e}");
-            return ExitCode::from(78);
-        }
+    let listen = match d.take_fd(args.listen_fd) {
+        Ok(l) => l,
+        Err(code) => return code,
     };
-    match rt.block_on(run(config, notify, listen)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("stated: {}", cosi::error::Chain(&e));
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Takes ownership of an fd number given on the command line, after checking it is open and
-/// not stdio.
-fn take_fd(fd: Option<RawFd>) -> Result<Option<OwnedFd>, String> {
-    let Some(fd) = fd else { return Ok(None) };
-    if fd < 3 {
-        return Err(format!("fd {fd} is stdio, not a passed fd"));
-    }
-    // SAFETY: borrowed only for the F_GETFD query below; a closed fd fails it with EBADF.
-    #[allow(unsafe_code)]
-    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    if nix::fcntl::fcntl(borrowed, nix::fcntl::FcntlArg::F_GETFD).is_err() {
-        return Err(format!("fd {fd} is not open"));
-    }
-    // SAFETY: the fd is open (checked above), was passed by the parent for this process alone,
-    // and is owned from here on: nothing else in stated uses that number.
-    #[allow(unsafe_code)]
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    Ok(Some(owned))
+    d.run(None, run(config, notify, listen))
 }
 
 /// `stated::run`, with the socket possibly handed over by init and readiness reported once it
 /// listens.
 async fn run(
     config: stated::Config,
-    notify: Option<OwnedFd>,
+    notify: Notifier,
     listen: Option<OwnedFd>,
 ) -> Result<(), stated::Error> {
     let store = Arc::new(stated::open_store(&config)?);
@@ -144,24 +113,10 @@ async fn run(
         mode = if config.manifest.is_some() { "node" } else { "standalone" },
         "stated ready"
     );
-    if let Some(fd) = notify {
-        // A reader that went away is init's business; stated serves regardless.
-        let _ = std::fs::File::from(fd).write_all(b"READY=1\n");
-    }
-    stated::serve(store, &config, listener, shutdown()).await
-}
-
-async fn shutdown() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    tracing::info!("stated stopping");
+    notify.ready();
+    stated::serve(store, &config, listener, async {
+        shutdown_signal().await;
+        tracing::info!("stated stopping");
+    })
+    .await
 }

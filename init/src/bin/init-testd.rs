@@ -5,8 +5,7 @@
 //! optionally writes a `ServiceSpec` there, reports readiness on `--notify-fd` and waits for
 //! SIGTERM. `--exit N` makes it exit with code N right away instead (a crash loop, or the
 //! permanent-failure code 78).
-use std::io::Write as _;
-use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -58,27 +57,33 @@ fn main() -> ExitCode {
         eprintln!("init-testd: exiting with {code} as asked");
         return ExitCode::from(code);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("init-testd: {e}");
-            return ExitCode::FAILURE;
-        }
+    let d = match sandbox::daemon::Daemon::start("init-testd", "info") {
+        Ok(d) => d,
+        Err(code) => return code,
     };
-    match rt.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("init-testd: {e}");
-            ExitCode::FAILURE
-        }
+    let notify = match d.notifier(args.notify_fd) {
+        Ok(n) => n,
+        Err(code) => return code,
+    };
+    d.run(
+        Some(2),
+        async move { run(args, notify).await.map_err(Failed) },
+    )
+}
+
+/// A failure of the test daemon, as text.
+#[derive(Debug)]
+struct Failed(String);
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
+impl std::error::Error for Failed {}
+
+async fn run(args: Args, notify: sandbox::daemon::Notifier) -> Result<(), String> {
     let client = cosi::Client::new(&args.socket).map_err(|e| e.to_string())?;
     for i in 0..args.count {
         let id = format!("item-{i}");
@@ -126,16 +131,9 @@ async fn run(args: Args) -> Result<(), String> {
             Err(e) => return Err(format!("get service spec: {e}")),
         }
     }
-    if let Some(fd) = args.notify_fd {
-        // SAFETY: init passed this fd for readiness; it is used once, here, and closed.
-        #[allow(unsafe_code)]
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let _ = std::fs::File::from(fd).write_all(b"READY=1\n");
-    }
+    notify.ready();
     eprintln!("init-testd: ready with {} items", args.count);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| e.to_string())?;
-    term.recv().await;
+    sandbox::daemon::shutdown_signal().await;
     eprintln!("init-testd: stopping");
     Ok(())
 }

@@ -258,6 +258,10 @@ pub struct ObservedSandbox {
     pub landlock: String,
     /// The kernel's landlock ABI.
     pub landlock_abi: u32,
+    /// The process is not dumpable (its /proc files are root's): no process of its uid can
+    /// read its memory or attach to it. `None` when it runs as root.
+    #[serde(default)]
+    pub non_dumpable: Option<bool>,
 }
 
 /// The sandbox as the manifest declares it.

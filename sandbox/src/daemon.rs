@@ -1,0 +1,195 @@
+//! The skeleton every daemon's `main.rs` runs on: logging, hardening of the process itself,
+//! the fds init hands over (readiness pipe, a held listening socket), the async runtime, the
+//! shutdown signal, and exit codes init understands. A daemon's `main.rs` is then its
+//! command-line arguments and one call.
+//!
+//! ```no_run
+//! # async fn serve(ready: impl FnOnce(), stop: impl std::future::Future) -> Result<(), std::io::Error> { Ok(()) }
+//! fn main() -> std::process::ExitCode {
+//!     let d = match sandbox::daemon::Daemon::start("exampled", "info") {
+//!         Ok(d) => d,
+//!         Err(code) => return code,
+//!     };
+//!     let notify = match d.notifier(Some(3)) {
+//!         Ok(n) => n,
+//!         Err(code) => return code,
+//!     };
+//!     d.run(Some(2), serve(move || notify.ready(), sandbox::daemon::shutdown_signal()))
+//! }
+//! ```
+
+use std::future::Future;
+use std::io::Write as _;
+use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
+use std::process::ExitCode;
+
+/// The exit code with which a daemon says "do not restart me": its configuration cannot work
+/// (`EX_CONFIG` of sysexits.h). init leaves such a daemon failed instead of restarting it.
+pub const EX_CONFIG: u8 = 78;
+
+/// A daemon that has set itself up (logging, hardening); see the module documentation.
+pub struct Daemon {
+    name: &'static str,
+}
+
+/// Why the process cannot harden itself.
+#[derive(Debug, thiserror::Error)]
+pub enum HardenError {
+    /// `prctl(PR_SET_DUMPABLE, 0)` failed.
+    #[error("cannot make the process non-dumpable")]
+    Dumpable(#[source] nix::Error),
+}
+
+/// Makes this process non-dumpable: no core dumps, and its `/proc/<pid>` files (memory,
+/// environment, fds) belong to root, so no process of the same uid that is not its parent can
+/// read its memory or attach to it (`ptrace`), even one that shares the uid by accident.
+/// `execve` resets the flag, so a daemon calls this itself, first thing.
+pub fn harden() -> Result<(), HardenError> {
+    nix::sys::prctl::set_dumpable(false).map_err(HardenError::Dumpable)
+}
+
+impl Daemon {
+    /// Sets up logging to stderr (init keeps it; `RUST_LOG` wins over `log_level`, an
+    /// `EnvFilter` such as `info` or `networkd=debug`) and hardens the process. On a bad
+    /// `log_level` it returns [`EX_CONFIG`]: a restart would not help.
+    pub fn start(name: &'static str, log_level: &str) -> Result<Daemon, ExitCode> {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .or_else(|_| tracing_subscriber::EnvFilter::try_new(log_level));
+        let filter = match filter {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("{name}: invalid log level {log_level:?}: {e}");
+                return Err(ExitCode::from(EX_CONFIG));
+            }
+        };
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            // Plain text: init keeps it in a ring buffer (and a TTY check would be an ioctl
+            // the seccomp profiles do not allow).
+            .with_ansi(false)
+            .init();
+        if let Err(e) = harden() {
+            eprintln!("{name}: {e}: {}", e_source(&e));
+            return Err(ExitCode::FAILURE);
+        }
+        Ok(Daemon { name })
+    }
+
+    /// Takes an fd that init passed (its number given on the command line), after checking
+    /// that it is open and not stdio. A bad one is [`EX_CONFIG`].
+    pub fn take_fd(&self, fd: Option<RawFd>) -> Result<Option<OwnedFd>, ExitCode> {
+        take_fd(fd).map_err(|e| {
+            eprintln!("{}: {e}", self.name);
+            ExitCode::from(EX_CONFIG)
+        })
+    }
+
+    /// The readiness notifier on the fd init passed (`--notify-fd`), if any.
+    pub fn notifier(&self, fd: Option<RawFd>) -> Result<Notifier, ExitCode> {
+        Ok(Notifier(self.take_fd(fd)?))
+    }
+
+    /// Runs `body` to its end on a multi-threaded runtime (`worker_threads`, or one per CPU)
+    /// and turns its result into the exit code: an error is printed with its causes.
+    pub fn run<E>(
+        self,
+        worker_threads: Option<usize>,
+        body: impl Future<Output = Result<(), E>>,
+    ) -> ExitCode
+    where
+        E: std::error::Error + 'static,
+    {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if let Some(n) = worker_threads {
+            b.worker_threads(n);
+        }
+        let rt = match b.enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("{}: cannot start the runtime: {e}", self.name);
+                return ExitCode::FAILURE;
+            }
+        };
+        match rt.block_on(body) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                let mut msg = e.to_string();
+                let mut cur = e.source();
+                while let Some(s) = cur {
+                    msg.push_str(": ");
+                    msg.push_str(&s.to_string());
+                    cur = s.source();
+                }
+                eprintln!("{}: {msg}", self.name);
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn e_source(e: &dyn std::error::Error) -> String {
+    e.source().map(ToString::to_string).unwrap_or_default()
+}
+
+/// Takes ownership of an fd number given on the command line, after checking it is open and
+/// not stdio.
+pub fn take_fd(fd: Option<RawFd>) -> Result<Option<OwnedFd>, String> {
+    let Some(fd) = fd else { return Ok(None) };
+    if fd < 3 {
+        return Err(format!("fd {fd} is stdio, not a passed fd"));
+    }
+    // SAFETY: borrowed only for the F_GETFD query below; a closed fd fails it with EBADF.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    if nix::fcntl::fcntl(borrowed, nix::fcntl::FcntlArg::F_GETFD).is_err() {
+        return Err(format!("fd {fd} is not open"));
+    }
+    // SAFETY: the fd is open (checked above), was passed by the parent for this process alone,
+    // and is owned from here on: the daemon's code uses that number through this value only.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Says "ready" once, on the pipe init passed (s6's notification-fd protocol).
+pub struct Notifier(Option<OwnedFd>);
+
+impl Notifier {
+    /// Writes `READY=1` and closes the pipe. A reader that went away is init's business: the
+    /// daemon runs regardless.
+    pub fn ready(self) {
+        if let Some(fd) = self.0 {
+            let _ = std::fs::File::from(fd).write_all(b"READY=1\n");
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT (init stops a daemon with SIGTERM).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+        }
+        // Without signal handlers, Ctrl-C is all that can be waited for.
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fds_are_checked_before_they_are_taken() {
+        assert!(take_fd(None).unwrap().is_none());
+        assert!(take_fd(Some(1)).unwrap_err().contains("stdio"));
+        assert!(take_fd(Some(987_654)).unwrap_err().contains("not open"));
+    }
+}
