@@ -89,7 +89,7 @@ pub fn register_resource_side(
     ))?;
     r.register(node_address::NodeAddressController::default())?;
     r.register(address_filter::AddressFilterController::default())?;
-    r.register(status::StatusController)?;
+    r.register(status::StatusController::default())?;
     r.register(etc_file::EtcFileController::default())?;
     r.register(etc_file::EtcFileWriterController::new(&options.etc_root))?;
     Ok(())

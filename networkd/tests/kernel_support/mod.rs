@@ -20,10 +20,45 @@ use serde_json::Value;
 
 // Not every test uses every helper.
 #[allow(unused_imports)]
-pub use ns::{run, wait_for, Dnsmasq, Netns, Proc, COUNTER, DHCP_SERVER};
+pub use ns::{run, wait_for, Dnsmasq, Netns, Proc, COUNTER, DHCP6_SERVER, DHCP_SERVER};
 
 /// How long a convergence may take before a test fails.
 pub const CONVERGE: Duration = Duration::from_secs(30);
+
+/// Reports that `test` cannot run its subject here: prints `SKIPPED: <test>: <reason>` and,
+/// under `CI=true`, fails (a test that cannot run must not pass silently in CI).
+pub fn skip(test: &str, reason: &str) {
+    eprintln!("SKIPPED: {test}: {reason}");
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test} cannot run here ({reason}) and CI=true"
+    );
+}
+
+/// Whether `test` can run here: root, `ip`, and whatever `needs` lists (program, reason) is
+/// installed; otherwise [`skip`]s it.
+pub fn require(test: &str, needs: &[(&str, &str)]) -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        skip(
+            test,
+            "kernel tests need root (network namespaces, netlink writes)",
+        );
+        return false;
+    }
+    for (program, reason) in [("ip", "iproute2 is not installed")].iter().chain(needs) {
+        let found = Command::new(program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            skip(test, reason);
+            return false;
+        }
+    }
+    true
+}
 
 /// Whether the tests can run here: root (namespaces, netlink writes) and `ip`.
 pub fn can_run() -> bool {
