@@ -836,7 +836,7 @@ fn validate_device(device: &Device, path: &str, members: &HashMap<String, String
     validate_vlans(&device.vlans, &join_key(path, "vlans"), r);
     validate_duid(
         device.dhcp_options.as_ref(),
-        &join_key(path, "dhcpOptions.duidv6"),
+        &join_key(&join_key(path, "dhcpOptions"), "duidv6"),
         r,
     );
 }
@@ -845,7 +845,7 @@ fn validate_device(device: &Device, path: &str, members: &HashMap<String, String
 /// fixed part, at most 130 bytes.
 fn is_duid(hex: &str) -> bool {
     let digits: Vec<u8> = hex.bytes().filter(|c| *c != b':').collect();
-    if digits.len() % 2 != 0 || !digits.iter().all(u8::is_ascii_hexdigit) {
+    if !digits.len().is_multiple_of(2) || !digits.iter().all(u8::is_ascii_hexdigit) {
         return false;
     }
     let bytes: Vec<u8> = digits
@@ -956,7 +956,7 @@ fn validate_vlans(vlans: &[Vlan], base: &str, r: &mut Report) {
         mtu_check(vlan.mtu, &join_key(&path, "mtu"), r);
         validate_duid(
             vlan.dhcp_options.as_ref(),
-            &join_key(&path, "dhcpOptions.duidv6"),
+            &join_key(&join_key(&path, "dhcpOptions"), "duidv6"),
             r,
         );
     }
