@@ -107,7 +107,7 @@ pub mod route_status;
 
 /// The controllers that touch the kernel: Spec (merged specs → kernel, with finalizers; the
 /// hostname is only observed, init sets it), Status (kernel → statuses, woken by netlink
-/// multicast events) and the DHCPv4 operators.
+/// multicast events) and the DHCPv4 and DHCPv6 operators.
 ///
 /// # Errors
 ///

@@ -678,6 +678,99 @@ mod tests {
         }
     }
 
+    pub(super) fn lease6() -> dhcp6::Lease {
+        dhcp6::Lease {
+            link_name: "eth0".into(),
+            address: "fd00:213::150".parse().expect("ip"),
+            iaid: 1,
+            client_id: "00030001020000000001".into(),
+            server_id: "0001000101020304020000000002".into(),
+            dns: vec!["fd00:213::53".parse().expect("ip")],
+            search: vec!["corp6.example".into()],
+            ntp: vec!["fd00:213::123".parse().expect("ip")],
+            fqdn: Some("node-6.example.org".into()),
+            preferred_lifetime: 120,
+            valid_lifetime: 120,
+            renewal: 60,
+            rebinding: 105,
+            acquired: 0,
+        }
+    }
+
+    #[test]
+    fn specs_of_a_dhcpv6_lease() {
+        let mut spec = op();
+        spec.operator = Operator::Dhcp6;
+        let out = lease6_specs(&spec, &lease6(), true);
+        assert_eq!(out.addresses.len(), 1);
+        let a = &out.addresses[0];
+        assert_eq!(a.id(), "eth0/fd00:213::150/128");
+        assert_eq!(
+            (a.family, a.scope, a.layer),
+            (Family::Inet6, Scope::Global, ConfigLayer::Operator)
+        );
+        assert_eq!(a.flags, AddressFlags::PERMANENT);
+        assert!(
+            out.routes.is_empty() && out.link.is_none(),
+            "no routes, no MTU"
+        );
+        let r = out.resolver.expect("resolver");
+        assert_eq!(
+            r.dns_servers,
+            [IpAddr::V6("fd00:213::53".parse().expect("ip"))]
+        );
+        assert_eq!(r.search_domains, ["corp6.example"]);
+        assert_eq!(
+            out.time_servers.expect("ntp").ntp_servers,
+            ["fd00:213::123"]
+        );
+        let h = out.hostname.expect("hostname");
+        assert_eq!(
+            (h.hostname.as_str(), h.domainname.as_str()),
+            ("node-6", "example.org")
+        );
+        assert!(lease6_specs(&spec, &lease6(), false).hostname.is_none());
+    }
+
+    #[test]
+    fn dhcpv6_identity_uses_the_configured_duid_or_the_macs() {
+        let link = LinkStatusSpec {
+            hardware_addr: machinery::resources::network::HardwareAddr(vec![2, 0, 0, 0, 0, 1]),
+            ..LinkStatusSpec::default()
+        };
+        let mut spec = op();
+        spec.operator = Operator::Dhcp6;
+        let i = identity6(&spec, &link, None, None);
+        assert_eq!(i.duid, [0, 3, 0, 1, 2, 0, 0, 0, 0, 1]);
+        assert_eq!(i.iaid, 0x0000_0001);
+        assert!(i.request_hostname);
+        spec.dhcp6.client_identifier = ClientIdentifier::Duid;
+        spec.dhcp6.duid_raw_hex = "00:01:00:01:12:34:56:78:02:00:00:00:00:09".into();
+        let i = identity6(&spec, &link, None, None);
+        assert_eq!(
+            i.duid,
+            [0, 1, 0, 1, 0x12, 0x34, 0x56, 0x78, 2, 0, 0, 0, 0, 9]
+        );
+        spec.dhcp6.duid_raw_hex = "zz".into();
+        let i = identity6(&spec, &link, None, None);
+        assert_eq!(
+            i.duid,
+            [0, 3, 0, 1, 2, 0, 0, 0, 0, 1],
+            "an invalid DUID falls back"
+        );
+        // A hostname from elsewhere is not asked for; one from our own lease is.
+        let configured = HostnameStatusSpec {
+            hostname: "cp-1".into(),
+            domainname: String::new(),
+        };
+        assert!(!identity6(&spec, &link, Some(&configured), Some(&lease6())).request_hostname);
+        let ours = HostnameStatusSpec {
+            hostname: "node-6".into(),
+            domainname: "example.org".into(),
+        };
+        assert!(identity6(&spec, &link, Some(&ours), Some(&lease6())).request_hostname);
+    }
+
     #[test]
     fn specs_of_a_lease() {
         let out = lease_specs(&op(), &lease(), true);
@@ -849,6 +942,67 @@ mod runtime_tests {
                     .await
                     .is_empty()
                 && ids::<Dhcp4LeaseSpec>(&client, NAMESPACE).await.is_empty()
+        })
+        .await;
+        let _ = stop.send(());
+        run.await.expect("no panic").expect("runtime");
+    }
+
+    #[tokio::test]
+    async fn a_held_dhcpv6_lease_is_published_until_it_expires() {
+        let h = stated::testing::Harness::start().await;
+        let client = h.client.clone();
+        create(
+            &client,
+            Resource::new(
+                NAMESPACE,
+                "eth0",
+                LinkStatusSpec {
+                    operational_state: OperationalState::Down,
+                    ..LinkStatusSpec::default()
+                },
+            ),
+            "network.LinkStatusController",
+        )
+        .await;
+        let mut spec = op();
+        spec.operator = Operator::Dhcp6;
+        create(
+            &client,
+            Resource::new(NAMESPACE, "dhcp6/eth0", spec),
+            "test",
+        )
+        .await;
+        // A lease from an earlier run, 3 s before the end of its valid lifetime.
+        let mut l = super::tests::lease6();
+        l.acquired = unix(SystemTime::now()) - u64::from(l.valid_lifetime) + 3;
+        create(&client, Resource::new(NAMESPACE, "dhcp6/eth0", l), NAME).await;
+
+        let mut registry = cosi::runtime::Registry::new();
+        registry
+            .register(OperatorSpecController::default())
+            .expect("register");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(Runtime::with_registry(client.clone(), registry).run(stopped));
+
+        eventually("the held lease's /128 and resolvers", async || {
+            ids::<AddressSpecSpec>(&client, CONFIG_NAMESPACE).await
+                == ["dhcp6/eth0/eth0/fd00:213::150/128"]
+                && ids::<ResolverSpecSpec>(&client, CONFIG_NAMESPACE).await
+                    == ["dhcp6/eth0/resolvers"]
+                && ids::<RouteSpecSpec>(&client, CONFIG_NAMESPACE)
+                    .await
+                    .is_empty()
+        })
+        .await;
+        eventually("everything gone after expiry", async || {
+            ids::<AddressSpecSpec>(&client, CONFIG_NAMESPACE)
+                .await
+                .is_empty()
+                && ids::<ResolverSpecSpec>(&client, CONFIG_NAMESPACE)
+                    .await
+                    .is_empty()
+                && ids::<Dhcp6LeaseSpec>(&client, NAMESPACE).await.is_empty()
         })
         .await;
         let _ = stop.send(());

@@ -60,14 +60,11 @@ pub fn require(test: &str, needs: &[(&str, &str)]) -> bool {
     true
 }
 
-/// Whether the tests can run here: root (namespaces, netlink writes) and `ip`.
+/// Whether the running test can run here: root (namespaces, netlink writes) and `ip`;
+/// otherwise it is [`skip`]ped under its own name (the test thread's).
 pub fn can_run() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    let ip = Command::new("ip").arg("-V").output().is_ok();
-    if !(root && ip) {
-        eprintln!("skipped: kernel tests need root and iproute2");
-    }
-    root && ip
+    let current = std::thread::current();
+    require(current.name().unwrap_or("kernel test"), &[])
 }
 
 /// A node: its namespace, stated in process, networkd in the namespace.
