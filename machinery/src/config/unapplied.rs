@@ -6,8 +6,8 @@
 //! an error under `--strict`), and networkd publishes the same list in the network `Status`
 //! resource (`talosctl get netstatus -o yaml`, field `unapplied`).
 //!
-//! This module is the one list of what networkd does not apply; networkd's tests check that
-//! what it lists is indeed not applied, and what it does not list is.
+//! This module is the one list of what networkd does not apply: keep it in step with networkd
+//! (a setting networkd learns to apply leaves this list, as DHCPv6 did).
 
 use super::document::Config;
 use super::error::{join_index, join_key, Warning};
