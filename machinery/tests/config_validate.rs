@@ -31,16 +31,72 @@ fn paths(errs: &ConfigErrors) -> Vec<&str> {
 
 #[test]
 fn samples_are_valid_in_every_mode() {
-    for sample in [CONTROLPLANE, WORKER, NETWORK] {
+    // Valid, with a warning for every setting talos-rs accepts but does not apply.
+    for (sample, unapplied) in [
+        (CONTROLPLANE, &["v1alpha1/HostnameConfig"][..]),
+        (WORKER, &["v1alpha1/HostnameConfig"][..]),
+        (
+            NETWORK,
+            &[
+                "machine.network.interfaces[0].vip",
+                "machine.network.interfaces[3].wireguard",
+                "machine.network.kubespan",
+                "v1alpha1/WireguardConfig/wg1",
+                "v1alpha1/TCPProbeConfig/gw-check",
+            ][..],
+        ),
+    ] {
         for mode in [
             ValidationMode::Metal,
             ValidationMode::Cloud,
             ValidationMode::Container,
         ] {
             let warnings = validate(sample, mode).unwrap_or_else(|e| panic!("{mode}: {e}"));
-            assert!(warnings.is_empty(), "{warnings:?}");
+            let paths: Vec<&str> = warnings.iter().map(|w| w.path.as_str()).collect();
+            assert_eq!(paths, unapplied, "{warnings:?}");
+            assert!(
+                warnings
+                    .iter()
+                    .all(|w| w.message.starts_with("not applied by talos-rs: ")),
+                "{warnings:?}"
+            );
         }
     }
+}
+
+#[test]
+fn unapplied_settings_fail_strict_validation() {
+    let errs = decode(NETWORK)
+        .validate_strict(ValidationMode::Metal)
+        .expect_err("strict");
+    let all = errs.to_string();
+    assert!(
+        all.contains("machine.network.interfaces[3].wireguard: warning: not applied by talos-rs: WireGuard links are not supported"),
+        "{all}"
+    );
+}
+
+#[test]
+fn an_unusable_duid_is_a_warning() {
+    let text = NETWORK.replace(
+        "dhcpOptions: {ipv4: true, ipv6: true}",
+        "dhcpOptions: {ipv4: true, ipv6: true, duidv6: \"zz:01\"}",
+    );
+    let warnings = validate(&text, ValidationMode::Metal).expect("valid");
+    let w = warnings
+        .iter()
+        .find(|w| w.path == "machine.network.interfaces[1].dhcpOptions.duidv6")
+        .unwrap_or_else(|| panic!("{warnings:?}"));
+    assert!(w.message.contains("not a valid DUID"), "{w}");
+    let text = NETWORK.replace(
+        "dhcpOptions: {ipv4: true, ipv6: true}",
+        "dhcpOptions: {ipv4: true, ipv6: true, duidv6: \"00:03:00:01:02:00:00:00:00:09\"}",
+    );
+    let warnings = validate(&text, ValidationMode::Metal).expect("valid");
+    assert!(
+        !warnings.iter().any(|w| w.path.ends_with("duidv6")),
+        "{warnings:?}"
+    );
 }
 
 #[test]
@@ -173,7 +229,8 @@ fn unknown_machine_type_and_cni_are_errors_init_is_a_warning() {
         ValidationMode::Metal,
     )
     .expect("init is accepted");
-    assert_eq!(warnings.len(), 1);
+    // The other one: the sample's HostnameConfig, not applied by talos-rs.
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert_eq!(warnings[0].path, "machine.type");
 
     let cfg = decode(&CONTROLPLANE.replace("type: controlplane", "type: init"));

@@ -7,10 +7,12 @@
 //! - [`controllers`]: every controller, registered by [`controllers::registry`];
 //! - [`netlink`]: the only code that speaks rtnetlink;
 //! - [`dhcp`]: the DHCPv4 client;
+//! - [`dhcp6`]: the DHCPv6 client;
 //! - [`run`]: the daemon (connect, define the types, run the controllers until shutdown).
 #![forbid(unsafe_code)]
 
 pub mod controllers;
 pub mod dhcp;
+pub mod dhcp6;
 pub mod netlink;
 pub mod run;

@@ -39,10 +39,12 @@ pub enum Error {
     Runtime(#[source] cosi::runtime::RuntimeError),
 }
 
-/// The definitions networkd writes: every network type, and its own `DHCP4Lease`.
+/// The definitions networkd writes: every network type, and its own `DHCP4Lease` and
+/// `DHCP6Lease`.
 pub fn definitions() -> Vec<ResourceDefinition> {
     let mut defs = machinery::resources::network::definitions();
     defs.push(crate::dhcp::Dhcp4LeaseSpec::definition());
+    defs.push(crate::dhcp6::Dhcp6LeaseSpec::definition());
     defs
 }
 

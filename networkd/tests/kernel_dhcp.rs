@@ -34,7 +34,10 @@ fn dnsmasq_available() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: dnsmasq is not installed (scripts/install-deps.sh installs it)");
+        kernel_support::skip(
+            "lease_applied_renewed_kept_across_restart_and_released",
+            "dnsmasq is not installed (scripts/install-deps.sh installs it)",
+        );
     }
     ok
 }

@@ -162,7 +162,10 @@ async fn vlan_created_and_removed() {
         &node.netns,
         &["link", "eth2", "name", "probe0", "type", "vlan", "id", "5"],
     ) {
-        eprintln!("skipped: this kernel has no VLAN (8021q) support");
+        kernel_support::skip(
+            "vlan_created_and_removed",
+            "this kernel has no VLAN (8021q) support",
+        );
         return;
     }
     node.apply_config(
@@ -206,7 +209,10 @@ async fn bond_created_and_removed() {
     veth(&node.netns, "eth3");
     veth(&node.netns, "eth4");
     if !kernel_has(&node.netns, &["name", "probe0", "type", "bond"]) {
-        eprintln!("skipped: this kernel has no bonding support");
+        kernel_support::skip(
+            "bond_created_and_removed",
+            "this kernel has no bonding support",
+        );
         return;
     }
     node.apply_config(

@@ -34,7 +34,9 @@ fn single_document() -> String {
 #[test]
 fn valid_config_is_reported_valid() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "worker.yaml", WORKER);
+    // Strict: the v1alpha1 document alone (the sample's HostnameConfig is not applied by
+    // talos-rs, a warning, see below).
+    let file = write(dir.path(), "worker.yaml", &single_document());
     for mode in ["metal", "cloud", "container"] {
         let out = talosctl(&["validate", "--config", &file, "--mode", mode, "--strict"]);
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -48,6 +50,47 @@ fn valid_config_is_reported_valid() {
     assert_eq!(
         text(&out.stdout),
         format!("{file} is valid for metal mode\n")
+    );
+}
+
+#[test]
+fn settings_not_applied_are_warnings_and_fail_strict() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = single_document().replace(
+        "    network: {}\n",
+        "    network:\n        interfaces:\n            - interface: wg0\n              addresses: [10.10.0.1/24]\n              wireguard:\n                  privateKey: GA1E1VB+g41Dl0+UH2TMW9C5953y+moVg6JIIqkJbmw=\n            - interface: eth0\n              dhcp: true\n              dhcpOptions: {ipv6: true}\n",
+    ) + "---\napiVersion: v1alpha1\nkind: RoutingRuleConfig\nname: \"1000\"\ntable: 100\n";
+    let file = write(dir.path(), "wg.yaml", &config);
+    let out = talosctl(&["validate", "--config", &file, "--mode", "container"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{file} is valid for container mode\n")
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("warning: machine.network.interfaces[0].wireguard: not applied by talos-rs: WireGuard links are not supported"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: v1alpha1/RoutingRuleConfig/1000: not applied by talos-rs: routing rules are not supported"),
+        "{err}"
+    );
+    assert!(!err.contains("interfaces[1]"), "DHCPv6 is applied: {err}");
+    let out = talosctl(&[
+        "validate",
+        "--config",
+        &file,
+        "--mode",
+        "container",
+        "--strict",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("2 problems"), "{err}");
+    assert!(
+        err.contains("machine.network.interfaces[0].wireguard: warning: not applied"),
+        "{err}"
     );
 }
 
@@ -118,10 +161,16 @@ fn strategic_merge_patch_from_file_and_inline() {
     assert_eq!(docs[0]["machine"]["install"]["disk"], "/dev/sda");
     assert_eq!(docs[1]["kind"], "HostnameConfig");
 
-    // The result is a valid configuration.
+    // The result is a valid configuration (with a warning: talos-rs does not apply the
+    // HostnameConfig document).
     let result = write(dir.path(), "result.yaml", &patched);
-    let out = talosctl(&["validate", "--config", &result, "--strict"]);
+    let out = talosctl(&["validate", "--config", &result]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("warning: v1alpha1/HostnameConfig: not applied by talos-rs"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -19,11 +19,13 @@ mod document;
 mod error;
 mod patch;
 mod strict;
+mod unapplied;
 pub mod v1alpha1;
 mod validate;
 
 pub use document::{Config, DocumentId, RawDocument};
 pub use error::{ConfigError, ConfigErrors, Warning};
 pub use patch::{apply_patches, Patch, PatchError, StrategicMergePatch};
+pub use unapplied::{unapplied, UNAPPLIED_NETWORK_DOCUMENTS};
 pub use v1alpha1::{MachineType, V1Alpha1};
 pub use validate::{ParseValidationModeError, ValidationMode};

@@ -119,7 +119,8 @@ fn str_of(s: &Option<String>) -> &str {
 impl Config {
     /// Validates the configuration for a runtime `mode`.
     ///
-    /// Returns the warnings (deprecations, legacy values), or every error found, each with its path.
+    /// Returns the warnings (deprecations, legacy values, settings talos-rs does not apply, see
+    /// [`unapplied`](crate::config::unapplied)), or every error found, each with its path.
     pub fn validate(&self, mode: ValidationMode) -> Result<Vec<Warning>, ConfigErrors> {
         let mut report = Report::default();
         validate_config(self, mode, &mut report);
@@ -220,6 +221,8 @@ fn validate_config(config: &Config, mode: ValidationMode, r: &mut Report) {
     validate_files(machine, r);
     validate_node_metadata(machine, r);
     validate_misc(machine, r);
+    // Valid upstream, but not applied here: said, never ignored silently.
+    r.warnings.extend(super::unapplied::unapplied(config));
 }
 
 fn validate_machine_ca(
@@ -831,6 +834,49 @@ fn validate_device(device: &Device, path: &str, members: &HashMap<String, String
     validate_routes(&device.routes, &join_key(path, "routes"), r);
     mtu_check(device.mtu, &join_key(path, "mtu"), r);
     validate_vlans(&device.vlans, &join_key(path, "vlans"), r);
+    validate_duid(
+        device.dhcp_options.as_ref(),
+        &join_key(&join_key(path, "dhcpOptions"), "duidv6"),
+        r,
+    );
+}
+
+/// Whether `hex` (`:` separators allowed) is a DUID of a known type (RFC 8415 §11) with its
+/// fixed part, at most 130 bytes.
+fn is_duid(hex: &str) -> bool {
+    let digits: Vec<u8> = hex.bytes().filter(|c| *c != b':').collect();
+    if !digits.len().is_multiple_of(2) || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return false;
+    }
+    let bytes: Vec<u8> = digits
+        .chunks(2)
+        .filter_map(|p| std::str::from_utf8(p).ok())
+        .filter_map(|t| u8::from_str_radix(t, 16).ok())
+        .collect();
+    let min = match bytes.get(..2) {
+        Some([0, 1]) => 8,
+        Some([0, 2]) => 7,
+        Some([0, 3]) => 5,
+        Some([0, 4]) => 18,
+        _ => return false,
+    };
+    (min..=130).contains(&bytes.len())
+}
+
+/// An unusable `duidv6` does not stop DHCPv6 (upstream ignores it too): the DUID of the link's
+/// MAC is sent instead, which is worth a warning.
+fn validate_duid(options: Option<&super::v1alpha1::DhcpOptions>, path: &str, r: &mut Report) {
+    if let Some(duid) = options
+        .and_then(|o| o.duidv6.as_deref())
+        .filter(|d| !d.is_empty())
+    {
+        if !is_duid(duid) {
+            r.warn(
+                path,
+                format!("{duid:?} is not a valid DUID: the DUID of the link's MAC address is used instead"),
+            );
+        }
+    }
 }
 
 fn validate_routes(routes: &[Route], base: &str, r: &mut Report) {
@@ -908,6 +954,11 @@ fn validate_vlans(vlans: &[Vlan], base: &str, r: &mut Report) {
         }
         validate_routes(&vlan.routes, &join_key(&path, "routes"), r);
         mtu_check(vlan.mtu, &join_key(&path, "mtu"), r);
+        validate_duid(
+            vlan.dhcp_options.as_ref(),
+            &join_key(&join_key(&path, "dhcpOptions"), "duidv6"),
+            r,
+        );
     }
 }
 

@@ -18,33 +18,6 @@ pub const DEFAULT_POD_SUBNET: &str = "10.244.0.0/16";
 /// Talos's default service network.
 pub const DEFAULT_SERVICE_SUBNET: &str = "10.96.0.0/12";
 
-/// Typed document kinds of the multi-document network configuration that networkd does not
-/// implement (yet): they are reported and ignored, never half-applied.
-const NETWORK_DOCUMENT_KINDS: &[&str] = &[
-    "LinkConfig",
-    "DummyLinkConfig",
-    "VLANConfig",
-    "BondConfig",
-    "BridgeConfig",
-    "VRFConfig",
-    "VethConfig",
-    "WireguardConfig",
-    "DHCPv4Config",
-    "DHCPv6Config",
-    "Layer2VIPConfig",
-    "HCloudVIPConfig",
-    "LinkAliasConfig",
-    "RoutingRuleConfig",
-    "BlackholeRouteConfig",
-    "HostnameConfig",
-    "ResolverConfig",
-    "StaticHostConfig",
-    "TimeSyncConfig",
-    "EthernetConfig",
-    "TCPProbeConfig",
-    "HTTPProbeConfig",
-];
-
 /// The network settings of a machine configuration, all parsed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MachineNetwork {
@@ -126,7 +99,7 @@ pub struct BridgeConf {
 }
 
 /// DHCP settings of a device or VLAN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DhcpConf {
     /// Run DHCPv4.
     pub ipv4: bool,
@@ -134,6 +107,8 @@ pub struct DhcpConf {
     pub ipv6: bool,
     /// Metric of the routes from the lease.
     pub route_metric: u32,
+    /// `dhcpOptions.duidv6`: the DHCPv6 client DUID as hex (empty: DUID-LL of the MAC).
+    pub duid_v6: String,
 }
 
 /// A static route of a device or VLAN.
@@ -183,10 +158,11 @@ impl Addressing {
     /// The DHCP families to run, if `dhcp: true`.
     pub fn dhcp(&self) -> Option<DhcpConf> {
         (self.dhcp == Some(true)).then(|| {
-            self.dhcp_options.unwrap_or(DhcpConf {
+            self.dhcp_options.clone().unwrap_or(DhcpConf {
                 ipv4: true,
                 ipv6: false,
                 route_metric: DEFAULT_ROUTE_METRIC,
+                duid_v6: String::new(),
             })
         })
     }
@@ -323,7 +299,11 @@ impl MachineNetwork {
         out.unsupported_documents = config
             .documents
             .iter()
-            .filter(|d| NETWORK_DOCUMENT_KINDS.contains(&d.kind.as_str()))
+            .filter(|d| {
+                machinery::config::UNAPPLIED_NETWORK_DOCUMENTS
+                    .iter()
+                    .any(|(kind, _)| *kind == d.kind)
+            })
             .map(|d| format!("{}/{}", d.kind, d.name.as_deref().unwrap_or_default()))
             .collect();
         if p.0.is_empty() {
@@ -507,6 +487,7 @@ fn convert_addressing(
             .route_metric
             .filter(|m| *m != 0)
             .unwrap_or(DEFAULT_ROUTE_METRIC),
+        duid_v6: o.duidv6.clone().unwrap_or_default(),
     });
     let vip = vip.and_then(|v| {
         let text = v.ip.as_deref().unwrap_or_default();

@@ -89,7 +89,7 @@ pub fn register_resource_side(
     ))?;
     r.register(node_address::NodeAddressController::default())?;
     r.register(address_filter::AddressFilterController::default())?;
-    r.register(status::StatusController)?;
+    r.register(status::StatusController::default())?;
     r.register(etc_file::EtcFileController::default())?;
     r.register(etc_file::EtcFileWriterController::new(&options.etc_root))?;
     Ok(())
@@ -107,7 +107,7 @@ pub mod route_status;
 
 /// The controllers that touch the kernel: Spec (merged specs → kernel, with finalizers; the
 /// hostname is only observed, init sets it), Status (kernel → statuses, woken by netlink
-/// multicast events) and the DHCPv4 operators.
+/// multicast events) and the DHCPv4 and DHCPv6 operators.
 ///
 /// # Errors
 ///

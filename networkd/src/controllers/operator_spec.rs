@@ -1,24 +1,31 @@
-//! OperatorSpecController: merged OperatorSpecs (`network`) → running DHCPv4 operators, and
-//! their results as operator-layer specs in `network-config` (networking.md §3.7, §3.8).
+//! OperatorSpecController: merged OperatorSpecs (`network`) → running DHCPv4 and DHCPv6
+//! operators, and their results as operator-layer specs in `network-config` (networking.md
+//! §3.7, §3.8).
 //!
 //! - An operator runs while its link exists and (with `requireUp`) is operationally up or
 //!   unknown. A changed spec or identity restarts it from its lease.
-//! - Its lease is kept in stated as `DHCP4Lease` (`network`, ID = operator ID, e.g.
-//!   `dhcp4/eth0`). A restarted networkd, or a link that comes back, starts the operator from
+//! - Its lease is kept in stated as `DHCP4Lease` / `DHCP6Lease` (`network`, ID = operator
+//!   ID, e.g. `dhcp4/eth0`, `dhcp6/eth0`). A restarted networkd, or a link that comes back, starts the operator from
 //!   that lease: it republishes the same specs (nothing in the kernel changes) and renews at once.
 //! - A link that goes down stops the operator without RELEASE, and its specs stay until the
 //!   lease expires (a hold-down by lease validity; upstream drops them at once, §3.7).
-//! - An OperatorSpec that goes away (config change) stops the operator with DHCPRELEASE; the
+//! - An OperatorSpec that goes away (config change) stops the operator with a RELEASE; the
 //!   lease and the specs are then no longer asserted and are removed.
 //! - Specs, IDs under the operator prefix (`dhcp4/eth0/...`), as upstream: the address
 //!   (`yiaddr/mask`, permanent, priority = route metric), routes (option 121 if present, else a
 //!   default route per router; a `/32` link-scope route to each off-subnet gateway), the MTU
 //!   (option 26, default layer), hostname (options 12 and 15, when requested), resolvers
 //!   (option 6, search = 119 ∪ 15) and time servers (option 42).
-//! - DHCPv6 and VIP operators are not implemented: their specs are logged and skipped.
+//! - DHCPv6 specs, under `dhcp6/eth0/...`, as upstream's DHCP6 operator: the IA_NA address as a
+//!   `/128` (permanent, global), resolvers (option 23, search = option 24), time servers
+//!   (option 56) and the hostname (option 39, when requested). No routes and no MTU: those come
+//!   from router advertisements, which the kernel handles. The client identifier is the
+//!   configured DUID (`dhcpOptions.duidv6`), else DUID-LL of the link's MAC.
+//! - VIP operators are not implemented: they are logged once and skipped, and the network
+//!   Status lists them (`unapplied`).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, SystemTime};
 
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError, Resource};
@@ -32,6 +39,7 @@ use machinery::resources::network::{
 };
 
 use crate::dhcp::{self, Dhcp4LeaseSpec, Identity, Lease};
+use crate::dhcp6::{self, Dhcp6LeaseSpec};
 
 /// The owner name.
 pub const NAME: &str = "network.OperatorSpecController";
@@ -43,10 +51,18 @@ struct Running {
     spec: OperatorSpecSpec,
 }
 
-/// Runs DHCPv4 operators and publishes their leases as specs.
+/// A running DHCPv6 operator and what it was started with.
+#[derive(Debug)]
+struct Running6 {
+    operator: dhcp6::Operator,
+    spec: OperatorSpecSpec,
+}
+
+/// Runs DHCPv4 and DHCPv6 operators and publishes their leases as specs.
 #[derive(Debug, Default)]
 pub struct OperatorSpecController {
     running: BTreeMap<String, Running>,
+    running6: BTreeMap<String, Running6>,
     warned: std::collections::BTreeSet<String>,
 }
 
@@ -66,6 +82,7 @@ impl Controller for OperatorSpecController {
     fn outputs(&self) -> Vec<Output> {
         vec![
             Output::exclusive::<Dhcp4LeaseSpec>(),
+            Output::exclusive::<Dhcp6LeaseSpec>(),
             Output::shared::<AddressSpecSpec>().in_namespace(CONFIG_NAMESPACE),
             Output::shared::<RouteSpecSpec>().in_namespace(CONFIG_NAMESPACE),
             Output::shared::<LinkSpecSpec>().in_namespace(CONFIG_NAMESPACE),
@@ -76,26 +93,56 @@ impl Controller for OperatorSpecController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let specs: BTreeMap<String, OperatorSpecSpec> = ctx
-            .list::<OperatorSpecSpec>(NAMESPACE)
-            .await?
-            .into_iter()
-            .filter(|s| s.metadata.phase == Phase::Running)
-            .filter(|s| {
-                let dhcp4 = s.spec.operator == Operator::Dhcp4;
-                if !dhcp4 && self.warned.insert(s.id().to_string()) {
-                    tracing::warn!(operator = %s.id(), "operator not implemented, skipped");
+        let mut specs4 = BTreeMap::new();
+        let mut specs6 = BTreeMap::new();
+        for s in ctx.list::<OperatorSpecSpec>(NAMESPACE).await? {
+            if s.metadata.phase != Phase::Running {
+                continue;
+            }
+            match s.spec.operator {
+                Operator::Dhcp4 => {
+                    specs4.insert(s.id().to_string(), s.spec);
                 }
-                dhcp4
-            })
-            .map(|s| (s.id().to_string(), s.spec))
-            .collect();
+                Operator::Dhcp6 => {
+                    specs6.insert(s.id().to_string(), s.spec);
+                }
+                Operator::Vip => {
+                    if self.warned.insert(s.id().to_string()) {
+                        tracing::warn!(operator = %s.id(),
+                            "the VIP operator is not implemented: the shared address is not assigned");
+                    }
+                }
+            }
+        }
         let links = ctx.list::<LinkStatusSpec>(NAMESPACE).await?;
         let hostname = ctx
             .get::<HostnameStatusSpec>(NAMESPACE, HOSTNAME_ID)
             .await?
             .map(|h| h.spec);
+        let requeue4 = self.dhcp4(ctx, &specs4, &links, hostname.as_ref()).await?;
+        let requeue6 = self.dhcp6(ctx, &specs6, &links, hostname.as_ref()).await?;
+        let requeue = match (requeue4, requeue6) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(match requeue {
+            // Just past the expiry of a held lease, to drop its specs.
+            Some(d) => Action::RequeueAfter(d + Duration::from_secs(1)),
+            None => Action::AwaitChange,
+        })
+    }
+}
 
+impl OperatorSpecController {
+    /// Runs the DHCPv4 operators of `specs` and publishes their leases; returns when to look
+    /// again for a held lease's expiry.
+    async fn dhcp4(
+        &mut self,
+        ctx: &mut Context,
+        specs: &BTreeMap<String, OperatorSpecSpec>,
+        links: &[cosi::Resource<LinkStatusSpec>],
+        hostname: Option<&HostnameStatusSpec>,
+    ) -> Result<Option<Duration>, ReconcileError> {
         // Operators whose spec is gone: release and forget.
         let gone: Vec<String> = self
             .running
@@ -112,7 +159,7 @@ impl Controller for OperatorSpecController {
 
         let now = SystemTime::now();
         let mut requeue: Option<Duration> = None;
-        for (id, spec) in &specs {
+        for (id, spec) in specs {
             let link = links.iter().find(|l| l.id() == spec.link_name);
             let stored = ctx
                 .get::<Dhcp4LeaseSpec>(NAMESPACE, id)
@@ -120,8 +167,7 @@ impl Controller for OperatorSpecController {
                 .map(|l| l.spec)
                 .filter(|l| !l.expired(now) && l.link_name == spec.link_name);
             let should_run = link.is_some_and(|l| !spec.require_up || l.spec.oper_up());
-            let identity =
-                link.map(|l| identity(spec, &l.spec, hostname.as_ref(), stored.as_ref()));
+            let identity = link.map(|l| identity(spec, &l.spec, hostname, stored.as_ref()));
 
             let restart = self.running.get(id).is_some_and(|r| {
                 !should_run
@@ -178,14 +224,109 @@ impl Controller for OperatorSpecController {
             if let Some(lease) = lease {
                 ctx.apply(Resource::new(NAMESPACE, id.clone(), lease.clone()))
                     .await?;
-                publish(ctx, id, spec, &lease, request_hostname).await?;
+                publish(ctx, id, lease_specs(spec, &lease, request_hostname)).await?;
             }
         }
-        Ok(match requeue {
-            // Just past the expiry of a held lease, to drop its specs.
-            Some(d) => Action::RequeueAfter(d + Duration::from_secs(1)),
-            None => Action::AwaitChange,
-        })
+        Ok(requeue)
+    }
+
+    /// Runs the DHCPv6 operators of `specs` and publishes their leases, as [`Self::dhcp4`].
+    async fn dhcp6(
+        &mut self,
+        ctx: &mut Context,
+        specs: &BTreeMap<String, OperatorSpecSpec>,
+        links: &[cosi::Resource<LinkStatusSpec>],
+        hostname: Option<&HostnameStatusSpec>,
+    ) -> Result<Option<Duration>, ReconcileError> {
+        // Operators whose spec is gone: release and forget.
+        let gone: Vec<String> = self
+            .running6
+            .keys()
+            .filter(|id| !specs.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(r) = self.running6.remove(&id) {
+                tracing::info!(operator = %id, "operator removed, releasing its lease");
+                r.operator.stop(true).await;
+            }
+        }
+
+        let now = SystemTime::now();
+        let mut requeue: Option<Duration> = None;
+        for (id, spec) in specs {
+            let link = links.iter().find(|l| l.id() == spec.link_name);
+            let should_run = link.is_some_and(|l| !spec.require_up || l.spec.oper_up());
+            let stored = ctx
+                .get::<Dhcp6LeaseSpec>(NAMESPACE, id)
+                .await?
+                .map(|l| l.spec)
+                .filter(|l| !l.expired(now) && l.link_name == spec.link_name);
+            let identity = link.map(|l| identity6(spec, &l.spec, hostname, stored.as_ref()));
+
+            let restart = self.running6.get(id).is_some_and(|r| {
+                !should_run
+                    || !r.spec.same_operator(spec)
+                    || Some(r.operator.identity()) != identity.as_ref()
+            });
+            if restart {
+                if let Some(r) = self.running6.remove(id) {
+                    let lease = r.operator.state().lease;
+                    tracing::info!(operator = %id, link_up = should_run, "operator stopped");
+                    r.operator.stop(false).await;
+                    // Keep what it had: the restarted operator (or the hold-down) starts from it.
+                    if let Some(l) = lease {
+                        ctx.apply(Resource::new(NAMESPACE, id.clone(), l)).await?;
+                    }
+                }
+            }
+            let stored = ctx
+                .get::<Dhcp6LeaseSpec>(NAMESPACE, id)
+                .await?
+                .map(|l| l.spec)
+                .filter(|l| !l.expired(now) && l.link_name == spec.link_name);
+            let request_hostname = identity
+                .as_ref()
+                .map_or(!spec.dhcp6.skip_hostname_request, |i| i.request_hostname);
+            if let (true, false, Some(identity)) =
+                (should_run, self.running6.contains_key(id), identity)
+            {
+                // A lease granted to another DUID or IAID cannot be renewed: start over.
+                let stored = stored
+                    .clone()
+                    .filter(|l| l.belongs_to(&spec.link_name, &identity));
+                tracing::info!(operator = %id, link = %spec.link_name,
+                    restored = ?stored.as_ref().map(|l| l.address), "operator started");
+                let waker = ctx.waker();
+                let operator =
+                    dhcp6::Operator::spawn(&spec.link_name, identity, stored, move || {
+                        waker.wake();
+                    });
+                self.running6.insert(
+                    id.clone(),
+                    Running6 {
+                        operator,
+                        spec: spec.clone(),
+                    },
+                );
+            }
+            let lease = match self.running6.get(id) {
+                Some(r) => r.operator.state().lease,
+                None => {
+                    if let Some(l) = &stored {
+                        let left = l.until_expiry(now);
+                        requeue = Some(requeue.map_or(left, |r| r.min(left)));
+                    }
+                    stored
+                }
+            };
+            if let Some(lease) = lease {
+                ctx.apply(Resource::new(NAMESPACE, id.clone(), lease.clone()))
+                    .await?;
+                publish(ctx, id, lease6_specs(spec, &lease, request_hostname)).await?;
+            }
+        }
+        Ok(requeue)
     }
 }
 
@@ -379,14 +520,7 @@ pub(crate) fn lease_specs(
     }
 }
 
-async fn publish(
-    ctx: &mut Context,
-    prefix: &str,
-    spec: &OperatorSpecSpec,
-    lease: &Lease,
-    request_hostname: bool,
-) -> Result<(), ReconcileError> {
-    let out = lease_specs(spec, lease, request_hostname);
+async fn publish(ctx: &mut Context, prefix: &str, out: LeaseSpecs) -> Result<(), ReconcileError> {
     let id = |natural: &str| operator_prefixed_id(prefix, natural);
     for a in out.addresses {
         ctx.apply(Resource::new(CONFIG_NAMESPACE, id(&a.id()), a))
@@ -413,6 +547,94 @@ async fn publish(
             .await?;
     }
     Ok(())
+}
+
+/// What a DHCPv6 operator says about itself: its DUID (the configured one if valid, else
+/// DUID-LL of the MAC), the IAID of the link, and whether it asks for a hostname (never while
+/// the node has a hostname from elsewhere, as DHCPv4).
+fn identity6(
+    spec: &OperatorSpecSpec,
+    link: &LinkStatusSpec,
+    hostname: Option<&HostnameStatusSpec>,
+    lease: Option<&dhcp6::Lease>,
+) -> dhcp6::Identity {
+    let mac: Vec<u8> = link.hardware_addr.0.iter().copied().take(16).collect();
+    let fallback = || {
+        dhcp6::packet::duid_ll(&mac).unwrap_or_else(|| {
+            // No hardware address (a point-to-point link): DUID-EN of the link name, with the
+            // documentation enterprise number (RFC 5612).
+            [&[0u8, 2, 0, 0, 0x7e, 0xd9][..], spec.link_name.as_bytes()].concat()
+        })
+    };
+    let duid = match spec.dhcp6.client_identifier {
+        ClientIdentifier::Duid => match dhcp6::lease::unhex(&spec.dhcp6.duid_raw_hex) {
+            Some(d) if dhcp6::packet::valid_duid(&d) => d,
+            _ => {
+                tracing::warn!(link = %spec.link_name, duid = %spec.dhcp6.duid_raw_hex,
+                    "invalid DHCPv6 DUID, using DUID-LL of the link's MAC instead");
+                fallback()
+            }
+        },
+        ClientIdentifier::None | ClientIdentifier::Mac => fallback(),
+    };
+    let ours = |h: &HostnameStatusSpec| {
+        lease
+            .and_then(|l| l.fqdn.as_deref())
+            .is_some_and(|f| f.split('.').next() == Some(h.hostname.as_str()))
+    };
+    let foreign = hostname.filter(|h| !h.hostname.is_empty() && !ours(h));
+    dhcp6::Identity {
+        duid,
+        iaid: dhcp6::packet::iaid(&spec.link_name, &mac),
+        request_hostname: !spec.dhcp6.skip_hostname_request && foreign.is_none(),
+    }
+}
+
+/// Turns a DHCPv6 lease into specs (upstream `DHCP6.parseReply`, plus the search domains of
+/// option 24).
+pub(crate) fn lease6_specs(
+    spec: &OperatorSpecSpec,
+    lease: &dhcp6::Lease,
+    request_hostname: bool,
+) -> LeaseSpecs {
+    let link = &spec.link_name;
+    let addresses = vec![AddressSpecSpec {
+        address: IpNet::from(IpAddr::V6(lease.address)),
+        link_name: link.clone(),
+        family: Family::Inet6,
+        scope: Scope::Global,
+        flags: AddressFlags::PERMANENT,
+        announce_with_arp: false,
+        priority: 0,
+        layer: ConfigLayer::Operator,
+    }];
+    let hostname = if request_hostname {
+        lease
+            .fqdn
+            .as_deref()
+            .and_then(|f| HostnameSpecSpec::parse_fqdn(f, ConfigLayer::Operator).ok())
+    } else {
+        None
+    };
+    let resolver = (!lease.dns.is_empty() || !lease.search.is_empty()).then(|| ResolverSpecSpec {
+        dns_servers: lease.dns.iter().map(|a| IpAddr::V6(*a)).collect(),
+        layer: ConfigLayer::Operator,
+        search_domains: lease.search.clone(),
+        search_domains_overridden: false,
+    });
+    let time_servers = (!lease.ntp.is_empty()).then(|| TimeServerSpecSpec {
+        ntp_servers: lease.ntp.iter().map(Ipv6Addr::to_string).collect(),
+        use_nts: false,
+        layer: ConfigLayer::Operator,
+    });
+    LeaseSpecs {
+        addresses,
+        routes: Vec::new(),
+        link: None,
+        hostname,
+        resolver,
+        time_servers,
+    }
 }
 
 #[cfg(test)]
@@ -454,6 +676,99 @@ mod tests {
             layer: ConfigLayer::Default,
             ..OperatorSpecSpec::default()
         }
+    }
+
+    pub(super) fn lease6() -> dhcp6::Lease {
+        dhcp6::Lease {
+            link_name: "eth0".into(),
+            address: "fd00:213::150".parse().expect("ip"),
+            iaid: 1,
+            client_id: "00030001020000000001".into(),
+            server_id: "0001000101020304020000000002".into(),
+            dns: vec!["fd00:213::53".parse().expect("ip")],
+            search: vec!["corp6.example".into()],
+            ntp: vec!["fd00:213::123".parse().expect("ip")],
+            fqdn: Some("node-6.example.org".into()),
+            preferred_lifetime: 120,
+            valid_lifetime: 120,
+            renewal: 60,
+            rebinding: 105,
+            acquired: 0,
+        }
+    }
+
+    #[test]
+    fn specs_of_a_dhcpv6_lease() {
+        let mut spec = op();
+        spec.operator = Operator::Dhcp6;
+        let out = lease6_specs(&spec, &lease6(), true);
+        assert_eq!(out.addresses.len(), 1);
+        let a = &out.addresses[0];
+        assert_eq!(a.id(), "eth0/fd00:213::150/128");
+        assert_eq!(
+            (a.family, a.scope, a.layer),
+            (Family::Inet6, Scope::Global, ConfigLayer::Operator)
+        );
+        assert_eq!(a.flags, AddressFlags::PERMANENT);
+        assert!(
+            out.routes.is_empty() && out.link.is_none(),
+            "no routes, no MTU"
+        );
+        let r = out.resolver.expect("resolver");
+        assert_eq!(
+            r.dns_servers,
+            [IpAddr::V6("fd00:213::53".parse().expect("ip"))]
+        );
+        assert_eq!(r.search_domains, ["corp6.example"]);
+        assert_eq!(
+            out.time_servers.expect("ntp").ntp_servers,
+            ["fd00:213::123"]
+        );
+        let h = out.hostname.expect("hostname");
+        assert_eq!(
+            (h.hostname.as_str(), h.domainname.as_str()),
+            ("node-6", "example.org")
+        );
+        assert!(lease6_specs(&spec, &lease6(), false).hostname.is_none());
+    }
+
+    #[test]
+    fn dhcpv6_identity_uses_the_configured_duid_or_the_macs() {
+        let link = LinkStatusSpec {
+            hardware_addr: machinery::resources::network::HardwareAddr(vec![2, 0, 0, 0, 0, 1]),
+            ..LinkStatusSpec::default()
+        };
+        let mut spec = op();
+        spec.operator = Operator::Dhcp6;
+        let i = identity6(&spec, &link, None, None);
+        assert_eq!(i.duid, [0, 3, 0, 1, 2, 0, 0, 0, 0, 1]);
+        assert_eq!(i.iaid, 0x0000_0001);
+        assert!(i.request_hostname);
+        spec.dhcp6.client_identifier = ClientIdentifier::Duid;
+        spec.dhcp6.duid_raw_hex = "00:01:00:01:12:34:56:78:02:00:00:00:00:09".into();
+        let i = identity6(&spec, &link, None, None);
+        assert_eq!(
+            i.duid,
+            [0, 1, 0, 1, 0x12, 0x34, 0x56, 0x78, 2, 0, 0, 0, 0, 9]
+        );
+        spec.dhcp6.duid_raw_hex = "zz".into();
+        let i = identity6(&spec, &link, None, None);
+        assert_eq!(
+            i.duid,
+            [0, 3, 0, 1, 2, 0, 0, 0, 0, 1],
+            "an invalid DUID falls back"
+        );
+        // A hostname from elsewhere is not asked for; one from our own lease is.
+        let configured = HostnameStatusSpec {
+            hostname: "cp-1".into(),
+            domainname: String::new(),
+        };
+        assert!(!identity6(&spec, &link, Some(&configured), Some(&lease6())).request_hostname);
+        let ours = HostnameStatusSpec {
+            hostname: "node-6".into(),
+            domainname: "example.org".into(),
+        };
+        assert!(identity6(&spec, &link, Some(&ours), Some(&lease6())).request_hostname);
     }
 
     #[test]
@@ -627,6 +942,67 @@ mod runtime_tests {
                     .await
                     .is_empty()
                 && ids::<Dhcp4LeaseSpec>(&client, NAMESPACE).await.is_empty()
+        })
+        .await;
+        let _ = stop.send(());
+        run.await.expect("no panic").expect("runtime");
+    }
+
+    #[tokio::test]
+    async fn a_held_dhcpv6_lease_is_published_until_it_expires() {
+        let h = stated::testing::Harness::start().await;
+        let client = h.client.clone();
+        create(
+            &client,
+            Resource::new(
+                NAMESPACE,
+                "eth0",
+                LinkStatusSpec {
+                    operational_state: OperationalState::Down,
+                    ..LinkStatusSpec::default()
+                },
+            ),
+            "network.LinkStatusController",
+        )
+        .await;
+        let mut spec = op();
+        spec.operator = Operator::Dhcp6;
+        create(
+            &client,
+            Resource::new(NAMESPACE, "dhcp6/eth0", spec),
+            "test",
+        )
+        .await;
+        // A lease from an earlier run, 3 s before the end of its valid lifetime.
+        let mut l = super::tests::lease6();
+        l.acquired = unix(SystemTime::now()) - u64::from(l.valid_lifetime) + 3;
+        create(&client, Resource::new(NAMESPACE, "dhcp6/eth0", l), NAME).await;
+
+        let mut registry = cosi::runtime::Registry::new();
+        registry
+            .register(OperatorSpecController::default())
+            .expect("register");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(Runtime::with_registry(client.clone(), registry).run(stopped));
+
+        eventually("the held lease's /128 and resolvers", async || {
+            ids::<AddressSpecSpec>(&client, CONFIG_NAMESPACE).await
+                == ["dhcp6/eth0/eth0/fd00:213::150/128"]
+                && ids::<ResolverSpecSpec>(&client, CONFIG_NAMESPACE).await
+                    == ["dhcp6/eth0/resolvers"]
+                && ids::<RouteSpecSpec>(&client, CONFIG_NAMESPACE)
+                    .await
+                    .is_empty()
+        })
+        .await;
+        eventually("everything gone after expiry", async || {
+            ids::<AddressSpecSpec>(&client, CONFIG_NAMESPACE)
+                .await
+                .is_empty()
+                && ids::<ResolverSpecSpec>(&client, CONFIG_NAMESPACE)
+                    .await
+                    .is_empty()
+                && ids::<Dhcp6LeaseSpec>(&client, NAMESPACE).await.is_empty()
         })
         .await;
         let _ = stop.send(());

@@ -313,6 +313,13 @@ fn addressing(plan: &mut Plan, link: &str, a: &Addressing, layer: ConfigLayer) {
                 require_up: true,
                 dhcp6: Dhcp6OperatorSpec {
                     route_metric: dhcp.route_metric,
+                    // As upstream: `duidv6` is the client identifier, else the MAC's DUID.
+                    client_identifier: if dhcp.duid_v6.is_empty() {
+                        ClientIdentifier::Mac
+                    } else {
+                        ClientIdentifier::Duid
+                    },
+                    duid_raw_hex: dhcp.duid_v6.clone(),
                     ..Default::default()
                 },
                 layer,

@@ -71,12 +71,8 @@ impl Sources {
         }
         match MachineNetwork::from_yaml(text) {
             Ok(m) => {
-                if !m.unsupported_documents.is_empty() {
-                    tracing::warn!(
-                        documents = ?m.unsupported_documents,
-                        "network configuration documents are not supported yet and are ignored"
-                    );
-                }
+                // What of it is not applied is reported (once, as a warning, and in the
+                // network Status) by the StatusController.
                 let m = Arc::new(m);
                 self.last_good = Some((text.clone(), m.clone()));
                 self.reported = None;

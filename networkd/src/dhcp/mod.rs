@@ -2,7 +2,7 @@
 //! ([`lease`]), the exchanges on a link-bound UDP socket ([`client`]) and the per-link state
 //! machine that keeps a lease ([`operator`]).
 //!
-//! DHCPv6 is not implemented.
+//! DHCPv6 is in [`crate::dhcp6`].
 
 pub mod client;
 pub mod lease;

@@ -20,19 +20,51 @@ use serde_json::Value;
 
 // Not every test uses every helper.
 #[allow(unused_imports)]
-pub use ns::{run, wait_for, Dnsmasq, Netns, Proc, COUNTER, DHCP_SERVER};
+pub use ns::{run, wait_for, Dnsmasq, Netns, Proc, COUNTER, DHCP6_SERVER, DHCP_SERVER};
 
 /// How long a convergence may take before a test fails.
 pub const CONVERGE: Duration = Duration::from_secs(30);
 
-/// Whether the tests can run here: root (namespaces, netlink writes) and `ip`.
-pub fn can_run() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    let ip = Command::new("ip").arg("-V").output().is_ok();
-    if !(root && ip) {
-        eprintln!("skipped: kernel tests need root and iproute2");
+/// Reports that `test` cannot run its subject here: prints `SKIPPED: <test>: <reason>` and,
+/// under `CI=true`, fails (a test that cannot run must not pass silently in CI).
+pub fn skip(test: &str, reason: &str) {
+    eprintln!("SKIPPED: {test}: {reason}");
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test} cannot run here ({reason}) and CI=true"
+    );
+}
+
+/// Whether `test` can run here: root, `ip`, and whatever `needs` lists (program, reason) is
+/// installed; otherwise [`skip`]s it.
+pub fn require(test: &str, needs: &[(&str, &str)]) -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        skip(
+            test,
+            "kernel tests need root (network namespaces, netlink writes)",
+        );
+        return false;
     }
-    root && ip
+    for (program, reason) in [("ip", "iproute2 is not installed")].iter().chain(needs) {
+        let found = Command::new(program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            skip(test, reason);
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether the running test can run here: root (namespaces, netlink writes) and `ip`;
+/// otherwise it is [`skip`]ped under its own name (the test thread's).
+pub fn can_run() -> bool {
+    let current = std::thread::current();
+    require(current.name().unwrap_or("kernel test"), &[])
 }
 
 /// A node: its namespace, stated in process, networkd in the namespace.

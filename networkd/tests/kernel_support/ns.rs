@@ -92,6 +92,22 @@ impl Netns {
         all.as_array()?.iter().find(|l| l["ifname"] == dev).cloned()
     }
 
+    /// Sets a sysctl inside the namespace (`ip netns exec NAME sysctl -w key=value`).
+    pub fn sysctl(&self, key: &str, value: &str) {
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.name,
+                "sysctl",
+                "-q",
+                "-w",
+                &format!("{key}={value}"),
+            ],
+        );
+    }
+
     /// The IPv4 routes of the main table.
     pub fn routes(&self) -> Vec<Value> {
         self.ip_json(&["-4", "route", "show", "table", "main"])
@@ -193,6 +209,8 @@ pub struct Dnsmasq {
 
 /// The server's address on the test link.
 pub const DHCP_SERVER: &str = "10.213.0.1";
+/// The server's IPv6 address on the test link (dual-stack servers).
+pub const DHCP6_SERVER: &str = "fd00:213::1";
 
 impl Dnsmasq {
     /// Creates the server namespace, a veth pair (`node_link` in the node's namespace, down,
@@ -206,6 +224,25 @@ impl Dnsmasq {
 
     /// [`Dnsmasq::start_in`] with `extra` arguments for dnsmasq (e.g. `--no-ping`).
     pub fn start_with(node_netns: &Netns, dir: &Path, node_link: &str, extra: &[&str]) -> Self {
+        Self::start_full(node_netns, dir, node_link, false, extra)
+    }
+
+    /// [`Dnsmasq::start_in`], serving DHCPv6 as well: `srv0` also has [`DHCP6_SERVER`]/64
+    /// (no duplicate address detection on the server side, which is not under test), and
+    /// dnsmasq leases `fd00:213::100`–`1ff` (IA_NA, stateful, no router advertisements) for
+    /// 2 minutes (T1 60 s, T2 105 s) with DNS `fd00:213::53`, search domain `corp6.example`
+    /// and NTP `fd00:213::123`.
+    pub fn start_dual_stack(node_netns: &Netns, dir: &Path, node_link: &str) -> Self {
+        Self::start_full(node_netns, dir, node_link, true, &[])
+    }
+
+    fn start_full(
+        node_netns: &Netns,
+        dir: &Path,
+        node_link: &str,
+        ipv6: bool,
+        extra: &[&str],
+    ) -> Self {
         let netns = Netns::new("dhcp");
         netns.ip(&[
             "link",
@@ -220,6 +257,18 @@ impl Dnsmasq {
             &node_netns.name,
         ]);
         netns.ip(&["addr", "add", &format!("{DHCP_SERVER}/24"), "dev", "srv0"]);
+        if ipv6 {
+            netns.sysctl("net.ipv6.conf.srv0.disable_ipv6", "0");
+            netns.sysctl("net.ipv6.conf.srv0.accept_dad", "0");
+            netns.ip(&[
+                "addr",
+                "add",
+                &format!("{DHCP6_SERVER}/64"),
+                "dev",
+                "srv0",
+                "nodad",
+            ]);
+        }
         netns.ip(&["link", "set", "srv0", "up"]);
         netns.ip(&["link", "set", "lo", "up"]);
         let leases = dir.join("dnsmasq.leases");
@@ -247,6 +296,16 @@ impl Dnsmasq {
                 "--dhcp-option=option:domain-search,corp.example",
                 "--dhcp-option=option:mtu,1480",
             ])
+            .args(if ipv6 {
+                &[
+                    "--dhcp-range=fd00:213::100,fd00:213::1ff,64,2m",
+                    "--dhcp-option=option6:dns-server,[fd00:213::53]",
+                    "--dhcp-option=option6:domain-search,corp6.example",
+                    "--dhcp-option=option6:ntp-server,[fd00:213::123]",
+                ][..]
+            } else {
+                &[][..]
+            })
             .arg(format!("--dhcp-leasefile={}", leases.display()))
             .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
             .args(extra)

@@ -7,7 +7,7 @@ use super::NAMESPACE;
 
 /// Network readiness (ID `status`). CRI, etcd and kubelet wait for address, hostname and etc
 /// files; trustd for address and hostname.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusSpec {
     /// The node has at least one current address.
@@ -18,6 +18,12 @@ pub struct StatusSpec {
     pub hostname_ready: bool,
     /// `/etc/hosts` and `/etc/resolv.conf` are rendered.
     pub etc_files_ready: bool,
+    /// What the machine configuration asks for that networkd accepts but does not apply, one
+    /// `path: what` per setting (WireGuard links, VIPs, KubeSpan, multi-document network kinds;
+    /// see `machinery::config::unapplied`). Not in upstream's Status: here nothing that is not
+    /// applied is silent. Empty (and absent) when everything is applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unapplied: Vec<String>,
 }
 
 impl ResourceSpec for StatusSpec {
