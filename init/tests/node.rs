@@ -22,8 +22,7 @@ static NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 macro_rules! require_root {
     () => {
-        if !init::testing::is_root() {
-            eprintln!("skipped: init's node tests need root (uids, namespaces, sandboxes)");
+        if !testkit::require_root("init's node tests switch uids, make namespaces and sandboxes") {
             return;
         }
     };

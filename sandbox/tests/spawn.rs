@@ -19,14 +19,9 @@ use sandbox::{
 const UID: u32 = 4242;
 const GID: u32 = 4343;
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 macro_rules! require_root {
     () => {
-        if !is_root() {
-            eprintln!("skipped: the sandbox tests switch uid and need root");
+        if !testkit::require_root("the sandbox tests switch uid") {
             return;
         }
     };
@@ -215,8 +210,10 @@ fn every_thread_has_the_policys_identity_capabilities_nnp_and_seccomp() {
 #[test]
 fn landlock_allows_writes_only_beneath_read_write_paths() {
     require_root!();
-    if sandbox::landlock_kernel_abi() == 0 {
-        eprintln!("skipped: this kernel has no landlock");
+    if !testkit::require(
+        sandbox::landlock_kernel_abi() > 0,
+        "this kernel has no landlock",
+    ) {
         return;
     }
     let f = fixture();
@@ -315,8 +312,10 @@ fn free_port(range: std::ops::RangeInclusive<u16>) -> Option<u16> {
 fn tcp_bind_and_connect_are_limited_to_the_policys_ports() {
     require_root!();
     let abi = sandbox::landlock_kernel_abi();
-    if abi < 4 {
-        eprintln!("skipped: landlock ABI {abi} < 4 (Linux 6.7) has no TCP port rules; this kernel does not restrict ports");
+    if !testkit::require(
+        abi >= 4,
+        &format!("landlock ABI {abi} < 4 (Linux 6.7) has no TCP port rules"),
+    ) {
         return;
     }
     let f = fixture();

@@ -68,8 +68,7 @@ fn run_as(uid: u32, socket: &std::path::Path, role: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemon_writes_only_its_namespaces() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root to run a client under other uids");
+    if !testkit::require_root("it runs clients under other uids") {
         return;
     }
     let h = Harness::start_with(Some(stated::Manifest::parse_substituted(MANIFEST).unwrap())).await;
@@ -281,8 +280,7 @@ async fn hijack_as_blockd(c: &cosi::Client) {
 /// `talosctl get machineconfig` cannot be made to show a resource a daemon planted.
 #[tokio::test(flavor = "multi_thread")]
 async fn no_daemon_can_take_another_ones_types() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root to run a client under other uids");
+    if !testkit::require_root("it runs clients under other uids") {
         return;
     }
     let h = Harness::start_with(Some(stated::Manifest::parse_substituted(MANIFEST).unwrap())).await;

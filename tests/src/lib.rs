@@ -32,8 +32,7 @@ pub fn is_root() -> bool {
 #[macro_export]
 macro_rules! require_root {
     () => {
-        if !$crate::is_root() {
-            eprintln!("skipped: cluster tests need root (namespaces, mounts, network links)");
+        if !testkit::require_root("cluster tests make namespaces, mounts and network links") {
             return;
         }
     };
