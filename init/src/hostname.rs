@@ -12,16 +12,10 @@
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
-use std::time::Duration;
 
-use cosi::{Client, Phase, ResourceSpec as _, WatchSpec};
-use machinery::resources::network::{HostnameSpecSpec, HOSTNAME_ID, NAMESPACE};
+use machinery::resources::network::HostnameSpecSpec;
 
 use crate::pid1::Mode;
-
-/// How often the spec is read again without an event (level triggered: a missed event or a
-/// name changed behind init's back is repaired by the next pass).
-pub const RESYNC: Duration = Duration::from_secs(30);
 
 /// The inode of the kernel's initial UTS namespace (`PROC_UTS_INIT_INO`): the host's, unless
 /// the host itself runs in a container.
@@ -117,64 +111,6 @@ pub fn apply(spec: &HostnameSpecSpec) -> Result<Applied, String> {
         applied = Applied::Set;
     }
     Ok(applied)
-}
-
-/// Watches `network/HostnameSpecs.net.talos.dev` `hostname` and applies it, forever. Call it
-/// only where [`may_set`] allows.
-pub async fn run(client: Client) {
-    let spec = WatchSpec {
-        namespace: NAMESPACE.to_string(),
-        r#type: HostnameSpecSpec::TYPE.to_string(),
-        id: Some(HOSTNAME_ID.to_string()),
-        ..Default::default()
-    };
-    let mut watch = client.watch(spec.clone());
-    let mut backoff = Duration::from_secs(1);
-    loop {
-        tokio::select! {
-            event = watch.next_batch() => match event {
-                Some(Ok(_)) => backoff = Duration::from_secs(1),
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "hostname spec watch ended");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(60));
-                    watch = client.watch(spec.clone());
-                }
-                None => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(60));
-                    watch = client.watch(spec.clone());
-                }
-            },
-            () = tokio::time::sleep(RESYNC) => {}
-        }
-        sync(&client).await;
-    }
-}
-
-/// One pass: the spec as stated has it, applied.
-async fn sync(client: &Client) {
-    let spec = match client
-        .get_typed::<HostnameSpecSpec>(NAMESPACE, HOSTNAME_ID)
-        .await
-    {
-        Ok(r) if r.metadata.phase == Phase::Running => r.spec,
-        Ok(_) => return, // tearing down: the kernel keeps its names
-        Err(e) if e.is_not_found() => return,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the hostname spec");
-            return;
-        }
-    };
-    match apply(&spec) {
-        Ok(Applied::Set) => tracing::info!(
-            hostname = %spec.hostname,
-            domainname = %spec.domainname,
-            "hostname set"
-        ),
-        Ok(Applied::Unchanged) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot set the hostname"),
-    }
 }
 
 #[cfg(test)]

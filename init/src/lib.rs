@@ -13,23 +13,25 @@
 //! - [`supervisor`]: units, restarts, readiness, stop; [`reaper`]: the one `waitpid`;
 //!   [`logs`]: output ring buffers;
 //! - [`services`]: requested services and envelopes; [`security`]: the observed sandbox;
-//! - [`publish`]: resources in stated; [`control`]: the control socket; [`pid1`]: mounts,
-//!   mode, power; [`hostname`]: the node's hostname from networkd's `HostnameSpec`;
+//! - [`controllers`]: init's reconcile loops on the controller runtime (statuses in stated,
+//!   requested services, the node's hostname); [`control`]: the control socket; [`pid1`]:
+//!   mounts, mode, power; [`hostname`]: setting the node's hostname;
 //!   [`testing`]: a real node in namespaces for tests.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod control;
+pub mod controllers;
 pub mod hostname;
 pub mod logs;
 pub mod manifest;
 pub mod pid1;
 pub mod profiles;
-pub mod publish;
 pub mod reaper;
 pub mod security;
 pub mod services;
 pub mod supervisor;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 use std::os::fd::OwnedFd;
@@ -276,26 +278,39 @@ async fn boot(
     }
     define_types(&client).await;
     seed_config(&client, &config).await;
-    tokio::spawn(
-        publish::Publisher {
-            client: client.clone(),
-            supervisor: supervisor.clone(),
-            machine: machine_rx,
-            daemons: order.clone(),
-            cmdline: config.cmdline.clone(),
+    // init's own reconcile loops run as controllers on the shared runtime, so that the node's
+    // dependency graph (`talosctl inspect dependencies`) shows them.
+    let mut runtime = cosi::Runtime::new(client.clone())
+        .publish_graph(machinery::resources::runtime::NAMESPACE, "init");
+    let register = |r: Result<(), cosi::runtime::RuntimeError>| {
+        if let Err(e) = r {
+            tracing::error!(error = %cosi::error::Chain(&e), "cannot register a controller");
         }
-        .run(),
-    );
-    services::watch_all(&client, &supervisor, &manifest.daemons, &profiles_dir);
+    };
+    register(runtime.register(controllers::StatusController {
+        supervisor: supervisor.clone(),
+        machine: machine_rx,
+        daemons: order.clone(),
+        cmdline: config.cmdline.clone(),
+        forwarding: false,
+    }));
+    register(runtime.register(controllers::ServiceSpecController::new(
+        supervisor.clone(),
+        &manifest.daemons,
+        profiles_dir.clone(),
+    )));
     let network = machinery::resources::network::NAMESPACE;
     if manifest.namespaces.iter().any(|n| n.name == network) {
         match hostname::may_set(config.mode, config.own_uts) {
-            Ok(()) => {
-                tokio::spawn(hostname::run(client.clone()));
-            }
+            Ok(()) => register(runtime.register(controllers::HostnameController)),
             Err(why) => tracing::info!("not setting the node's hostname: {why}"),
         }
     }
+    tokio::spawn(async move {
+        if let Err(e) = runtime.run(std::future::pending::<()>()).await {
+            tracing::error!(error = %cosi::error::Chain(&e), "init's controller runtime failed");
+        }
+    });
     for (d, launch) in rest {
         let deps = manifest.dependencies(d);
         supervisor

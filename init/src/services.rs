@@ -2,160 +2,95 @@
 //! against that daemon's envelope in the manifest (binaries, capabilities, paths, uids, ports,
 //! seccomp profiles it may grant) and runs it sandboxed like a daemon, or keeps a failed
 //! `ServiceStatus` whose message says every reason it was refused. Deleting the `ServiceSpec`
-//! stops the service; changing it restarts it with the new spec.
+//! stops the service; changing it restarts it with the new spec. The reconcile loop is
+//! `runtime.ServiceSpecController` (crate::controllers); the checks are here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use cosi::{Client, EventKind, Query, ResourceSpec, WatchSpec};
 use machinery::resources::runtime::{ServiceSpecSpec, UnitKind};
 use sandbox::{CapSet, LandlockPolicy, PathAccess, PathRule, Policy};
 
 use crate::manifest::{seccomp_policy, Daemon, Envelope, Readiness, RestartPolicy};
 use crate::supervisor::{Launch, Supervisor};
 
-/// Watches the `ServiceSpec`s of every daemon that has an envelope, forever.
-pub fn watch_all(
-    client: &Client,
-    supervisor: &Arc<Supervisor>,
-    daemons: &[Daemon],
-    profiles_dir: &Path,
-) {
-    let reserved: BTreeSet<String> = daemons.iter().map(|d| d.name.clone()).collect();
-    let uids: BTreeSet<u32> = daemons.iter().map(|d| d.uid).collect();
-    for d in daemons {
-        let Some(envelope) = &d.envelope else {
-            continue;
-        };
-        for ns in &d.writes {
-            let w = Watcher {
-                client: client.clone(),
-                supervisor: supervisor.clone(),
-                daemon: d.name.clone(),
-                namespace: ns.clone(),
-                envelope: envelope.clone(),
-                reserved: reserved.clone(),
-                daemon_uids: uids.clone(),
-                profiles_dir: profiles_dir.to_path_buf(),
-            };
-            tokio::spawn(w.run());
-        }
-    }
-}
-
-struct Watcher {
-    client: Client,
-    supervisor: Arc<Supervisor>,
-    daemon: String,
-    namespace: String,
-    envelope: Envelope,
+/// The envelopes of the manifest's daemons: which namespaces' `ServiceSpec`s init runs, for
+/// which daemon, within what. The `runtime.ServiceSpecController` uses it.
+#[derive(Clone, Debug, Default)]
+pub struct Envelopes {
+    /// (namespace, daemon, its envelope), one per namespace a daemon with an envelope writes.
+    by_namespace: Vec<(String, String, Envelope)>,
+    /// Daemon names: no service may take one.
     reserved: BTreeSet<String>,
+    /// Daemon uids: no service may run as one.
     daemon_uids: BTreeSet<u32>,
-    profiles_dir: PathBuf,
 }
 
-impl Watcher {
-    async fn run(self) {
-        let mut known: BTreeMap<String, ServiceSpecSpec> = BTreeMap::new();
-        let mut watch = self.client.watch(WatchSpec {
-            namespace: self.namespace.clone(),
-            r#type: ServiceSpecSpec::TYPE.to_string(),
-            bootstrap: true,
-            ..Default::default()
-        });
-        loop {
-            match watch.next_batch().await {
-                None => return,
-                Some(Err(e)) => {
-                    tracing::warn!(namespace = %self.namespace, error = %e, "service spec watch ended");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    watch = self.client.watch(WatchSpec {
-                        namespace: self.namespace.clone(),
-                        r#type: ServiceSpecSpec::TYPE.to_string(),
-                        bootstrap: true,
-                        ..Default::default()
-                    });
-                }
-                Some(Ok(events)) => {
-                    if events.iter().all(|e| e.kind == EventKind::Noop) {
-                        continue;
-                    }
-                    if let Err(e) = self.reconcile(&mut known).await {
-                        tracing::warn!(namespace = %self.namespace, error = %e, "cannot list service specs");
-                    }
+impl Envelopes {
+    /// The envelopes of `daemons`.
+    pub fn of(daemons: &[Daemon]) -> Self {
+        let mut by_namespace = Vec::new();
+        for d in daemons {
+            if let Some(e) = &d.envelope {
+                for ns in &d.writes {
+                    by_namespace.push((ns.clone(), d.name.clone(), e.clone()));
                 }
             }
         }
+        Self {
+            by_namespace,
+            reserved: daemons.iter().map(|d| d.name.clone()).collect(),
+            daemon_uids: daemons.iter().flat_map(|d| [d.uid, d.gid]).collect(),
+        }
     }
 
-    async fn reconcile(
+    /// (namespace, daemon) pairs whose `ServiceSpec`s are watched.
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.by_namespace
+            .iter()
+            .map(|(ns, d, _)| (ns.as_str(), d.as_str()))
+    }
+
+    /// The service's launch if `daemon`'s spec stays within its envelope, else every reason it
+    /// does not.
+    pub fn check(
         &self,
-        known: &mut BTreeMap<String, ServiceSpecSpec>,
-    ) -> Result<(), cosi::StateError> {
-        let list = self
-            .client
-            .list(&self.namespace, ServiceSpecSpec::TYPE, &Query::default())
-            .await?;
-        let mut seen = BTreeSet::new();
-        for raw in list {
-            let id = raw.metadata.id.clone();
-            seen.insert(id.clone());
-            let spec = match raw.decode::<ServiceSpecSpec>() {
-                Ok(r) => r.spec,
-                Err(e) => {
-                    if let std::collections::btree_map::Entry::Vacant(slot) = known.entry(id) {
-                        self.supervisor
-                            .add_refused(
-                                slot.key(),
-                                UnitKind::Service,
-                                &self.daemon,
-                                format!("refused: the spec does not decode: {e}"),
-                            )
-                            .await;
-                        slot.insert(ServiceSpecSpec::default());
-                    }
-                    continue;
-                }
-            };
-            if known.get(&id) == Some(&spec) {
-                continue;
-            }
-            match self.check(&id, &spec) {
-                Ok(launch) => {
-                    tracing::info!(service = %id, daemon = %self.daemon, "starting requested service");
-                    self.supervisor
-                        .add(&id, UnitKind::Service, &self.daemon, launch, vec![], true)
-                        .await;
-                }
-                Err(reasons) => {
-                    let reason = format!("refused: {}", reasons.join("; "));
-                    tracing::warn!(service = %id, daemon = %self.daemon, %reason, "refused requested service");
-                    self.supervisor
-                        .add_refused(&id, UnitKind::Service, &self.daemon, reason)
-                        .await;
-                }
-            }
-            known.insert(id, spec);
-        }
-        let gone: Vec<String> = known
-            .keys()
-            .filter(|id| !seen.contains(*id))
-            .cloned()
-            .collect();
-        for id in gone {
-            tracing::info!(service = %id, "service spec removed: stopping the service");
-            self.supervisor.remove(&id).await;
-            known.remove(&id);
-        }
-        Ok(())
+        supervisor: &Supervisor,
+        daemon: &str,
+        id: &str,
+        spec: &ServiceSpecSpec,
+        profiles_dir: &Path,
+    ) -> Result<Launch, Vec<String>> {
+        let Some((_, _, envelope)) = self.by_namespace.iter().find(|(_, d, _)| d == daemon) else {
+            return Err(vec![format!("daemon {daemon} has no envelope")]);
+        };
+        let c = Checker {
+            supervisor,
+            daemon,
+            envelope,
+            reserved: &self.reserved,
+            daemon_uids: &self.daemon_uids,
+            profiles_dir,
+        };
+        c.check(id, spec)
     }
+}
 
+struct Checker<'a> {
+    supervisor: &'a Supervisor,
+    daemon: &'a str,
+    envelope: &'a Envelope,
+    reserved: &'a BTreeSet<String>,
+    daemon_uids: &'a BTreeSet<u32>,
+    profiles_dir: &'a Path,
+}
+
+impl Checker<'_> {
     /// The service's launch if the spec stays within the envelope, else every reason it does
     /// not.
     fn check(&self, id: &str, spec: &ServiceSpecSpec) -> Result<Launch, Vec<String>> {
-        let mut why = check_envelope(&self.envelope, spec);
+        let mut why = check_envelope(self.envelope, spec);
         if self.reserved.contains(id) {
             why.push(format!("{id:?} is the name of a daemon"));
         }
@@ -203,7 +138,7 @@ impl Watcher {
                     connect_tcp: spec.connect_tcp.clone(),
                     ..Default::default()
                 },
-                seccomp: seccomp_policy(&spec.seccomp_profile, &self.profiles_dir),
+                seccomp: seccomp_policy(&spec.seccomp_profile, self.profiles_dir),
                 env: spec.env.clone(),
                 fds: BTreeMap::new(),
                 working_dir: "/".into(),

@@ -482,6 +482,60 @@ async fn a_requested_service_runs_sandboxed_within_the_envelope_and_one_asking_m
     }
 }
 
+/// init's reconcile loops are controllers on the runtime: its dependency graph is published
+/// (for `talosctl inspect dependencies`) with what each reads and writes.
+#[tokio::test]
+async fn inits_loops_are_controllers_in_the_published_dependency_graph() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let node = Node::builder().start();
+    node.wait_healthy(&["stated", "networkd"], T).await;
+    let deadline = std::time::Instant::now() + T;
+    let graph = loop {
+        if let Ok(g) = node
+            .state()
+            .get_typed::<cosi::runtime::DependencyGraph>("runtime", "init")
+            .await
+        {
+            break g.spec;
+        }
+        assert!(std::time::Instant::now() < deadline, "no graph of init");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let edges: Vec<(String, String, bool)> = graph
+        .edges
+        .iter()
+        .map(|e| (e.controller.clone(), e.r#type.clone(), e.kind.is_output()))
+        .collect();
+    for (controller, ty, output) in [
+        (
+            "runtime.StatusController",
+            "ServiceStatuses.runtime.talos.dev",
+            true,
+        ),
+        (
+            "runtime.StatusController",
+            "DaemonSecurities.runtime.talos.dev",
+            true,
+        ),
+        (
+            "runtime.StatusController",
+            "MachineStatuses.runtime.talos.dev",
+            true,
+        ),
+        (
+            "runtime.HostnameController",
+            "HostnameSpecs.net.talos.dev",
+            false,
+        ),
+    ] {
+        assert!(
+            edges.contains(&(controller.to_string(), ty.to_string(), output)),
+            "{controller} {ty}: {edges:#?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn networkd_is_ready_only_once_its_resource_definitions_are_in_stated() {
     require_root!();

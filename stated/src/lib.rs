@@ -16,6 +16,7 @@ pub mod labels;
 pub mod persist;
 pub mod server;
 pub mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 use std::future::Future;

@@ -1,0 +1,264 @@
+//! init's reconcile loops, as controllers on the shared runtime (DESIGN §3), so that
+//! `talosctl inspect dependencies` shows them with what they read and write:
+//!
+//! - `runtime.StatusController`: the desired `ServiceStatus`, `DaemonSecurity`,
+//!   `MachineStatus` and `KernelCmdline` of `runtime`, from the supervisor (woken by its
+//!   changes); the runtime removes statuses of units that are gone.
+//! - `runtime.ServiceSpecController`: the `ServiceSpec`s daemons with an envelope write in
+//!   their namespaces, each run within the envelope or refused with every reason.
+//! - `runtime.HostnameController`: network's `HostnameSpec` `hostname`, applied to the node's
+//!   UTS namespace (only where init owns it).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cosi::runtime::{Action, Context, Controller, Input, InputKind, Output, ReconcileError};
+use cosi::{Phase, Resource, ResourceSpec};
+use machinery::resources::network::{HostnameSpecSpec, HOSTNAME_ID};
+use machinery::resources::runtime::{
+    DaemonSecuritySpec, KernelCmdlineSpec, MachineStatusSpec, ServiceSpecSpec, ServiceStatusSpec,
+    UnitKind, CMDLINE_ID, MACHINE_STATUS_ID, NAMESPACE,
+};
+use tokio::sync::watch;
+
+use crate::manifest::Daemon;
+use crate::services::Envelopes;
+use crate::supervisor::Supervisor;
+
+/// How often the controllers whose sources are outside stated reconcile without a wake-up
+/// (level triggered: a missed wake-up, or a hostname changed behind init's back, is repaired).
+pub const RESYNC: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Publishes what the supervisor knows.
+pub struct StatusController {
+    /// The units.
+    pub supervisor: Arc<Supervisor>,
+    /// The machine's status, set by the boot sequence.
+    pub machine: watch::Receiver<MachineStatusSpec>,
+    /// The daemons (the machine is ready when they all are).
+    pub daemons: Vec<String>,
+    /// The kernel command line.
+    pub cmdline: String,
+    /// Whether the task that turns the supervisor's changes into wake-ups runs.
+    pub forwarding: bool,
+}
+
+impl Controller for StatusController {
+    fn name(&self) -> &'static str {
+        "runtime.StatusController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        Vec::new()
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![
+            Output::exclusive::<ServiceStatusSpec>(),
+            Output::exclusive::<DaemonSecuritySpec>(),
+            Output::exclusive::<MachineStatusSpec>(),
+            Output::exclusive::<KernelCmdlineSpec>(),
+        ]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        if !self.forwarding {
+            self.forwarding = true;
+            let waker = ctx.waker();
+            let changed = self.supervisor.changed.clone();
+            let mut machine = self.machine.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = changed.notified() => {}
+                        r = machine.changed() => if r.is_err() { return },
+                    }
+                    if !waker.wake() {
+                        return;
+                    }
+                }
+            });
+        }
+        let mut unmet = Vec::new();
+        for unit in self.supervisor.units() {
+            let status = unit.snapshot();
+            if self.daemons.contains(&unit.id) && !status.healthy {
+                unmet.push(unit.id.clone());
+            }
+            ctx.apply(Resource::new(NAMESPACE, unit.id.clone(), status))
+                .await?;
+            if let Some(sec) = unit.security() {
+                ctx.apply(Resource::new(NAMESPACE, unit.id.clone(), sec))
+                    .await?;
+            }
+        }
+        let mut machine = self.machine.borrow().clone();
+        machine.ready = unmet.is_empty();
+        machine.unmet = unmet;
+        ctx.apply(Resource::new(NAMESPACE, MACHINE_STATUS_ID, machine))
+            .await?;
+        ctx.apply(Resource::new(
+            NAMESPACE,
+            CMDLINE_ID,
+            KernelCmdlineSpec {
+                cmdline: self.cmdline.clone(),
+            },
+        ))
+        .await?;
+        Ok(Action::RequeueAfter(RESYNC))
+    }
+}
+
+/// Runs the services daemons ask for, within their envelopes.
+pub struct ServiceSpecController {
+    /// The supervisor that runs them.
+    pub supervisor: Arc<Supervisor>,
+    /// Each daemon's envelope, and what no service may take.
+    pub envelopes: Envelopes,
+    /// Where the seccomp profiles are.
+    pub profiles_dir: PathBuf,
+    /// What was last acted on, by service ID: the spec and the daemon that asked.
+    known: BTreeMap<String, (String, ServiceSpecSpec)>,
+}
+
+impl ServiceSpecController {
+    /// The controller for every daemon of `daemons` with an envelope.
+    pub fn new(supervisor: Arc<Supervisor>, daemons: &[Daemon], profiles_dir: PathBuf) -> Self {
+        Self {
+            supervisor,
+            envelopes: Envelopes::of(daemons),
+            profiles_dir,
+            known: BTreeMap::new(),
+        }
+    }
+}
+
+impl Controller for ServiceSpecController {
+    fn name(&self) -> &'static str {
+        "runtime.ServiceSpecController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        self.envelopes
+            .namespaces()
+            .map(|(ns, _)| Input::new(ns, ServiceSpecSpec::TYPE, InputKind::Weak))
+            .collect()
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        Vec::new()
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let mut seen = BTreeSet::new();
+        let namespaces: Vec<(String, String)> = self
+            .envelopes
+            .namespaces()
+            .map(|(ns, d)| (ns.to_string(), d.to_string()))
+            .collect();
+        for (ns, daemon) in namespaces {
+            for raw in ctx
+                .list_raw(&ns, ServiceSpecSpec::TYPE, &cosi::Query::default())
+                .await?
+            {
+                let id = raw.metadata.id.clone();
+                seen.insert(id.clone());
+                let spec = match raw.decode::<ServiceSpecSpec>() {
+                    Ok(r) => r.spec,
+                    Err(e) => {
+                        if !self.known.contains_key(&id) {
+                            self.supervisor
+                                .add_refused(
+                                    &id,
+                                    UnitKind::Service,
+                                    &daemon,
+                                    format!("refused: the spec does not decode: {e}"),
+                                )
+                                .await;
+                            self.known
+                                .insert(id, (daemon.clone(), ServiceSpecSpec::default()));
+                        }
+                        continue;
+                    }
+                };
+                if self.known.get(&id) == Some(&(daemon.clone(), spec.clone())) {
+                    continue;
+                }
+                match self.envelopes.check(
+                    &self.supervisor,
+                    &daemon,
+                    &id,
+                    &spec,
+                    &self.profiles_dir,
+                ) {
+                    Ok(launch) => {
+                        tracing::info!(service = %id, %daemon, "starting requested service");
+                        self.supervisor
+                            .add(&id, UnitKind::Service, &daemon, launch, vec![], true)
+                            .await;
+                    }
+                    Err(reasons) => {
+                        let reason = format!("refused: {}", reasons.join("; "));
+                        tracing::warn!(service = %id, %daemon, %reason, "refused requested service");
+                        self.supervisor
+                            .add_refused(&id, UnitKind::Service, &daemon, reason)
+                            .await;
+                    }
+                }
+                self.known.insert(id, (daemon.clone(), spec));
+            }
+        }
+        let gone: Vec<String> = self
+            .known
+            .keys()
+            .filter(|id| !seen.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            tracing::info!(service = %id, "service spec removed: stopping the service");
+            self.supervisor.remove(&id).await;
+            self.known.remove(&id);
+        }
+        Ok(Action::AwaitChange)
+    }
+}
+
+/// Applies networkd's merged hostname to the node's UTS namespace.
+pub struct HostnameController;
+
+impl Controller for HostnameController {
+    fn name(&self) -> &'static str {
+        "runtime.HostnameController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![
+            Input::weak::<HostnameSpecSpec>(machinery::resources::network::NAMESPACE)
+                .with_id(HOSTNAME_ID),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        Vec::new()
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let spec = ctx
+            .get::<HostnameSpecSpec>(machinery::resources::network::NAMESPACE, HOSTNAME_ID)
+            .await?;
+        // A spec being torn down changes nothing: the kernel keeps its names (as upstream).
+        if let Some(r) = spec.filter(|r| r.metadata.phase == Phase::Running) {
+            match crate::hostname::apply(&r.spec) {
+                Ok(crate::hostname::Applied::Set) => tracing::info!(
+                    hostname = %r.spec.hostname,
+                    domainname = %r.spec.domainname,
+                    "hostname set"
+                ),
+                Ok(crate::hostname::Applied::Unchanged) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot set the hostname"),
+            }
+        }
+        Ok(Action::RequeueAfter(RESYNC))
+    }
+}
