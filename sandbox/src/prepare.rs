@@ -223,6 +223,8 @@ pub struct Prepared {
     _fds: Vec<OwnedFd>,
     pub(crate) landlock_fd: Option<OwnedFd>,
     pub(crate) bpf: Option<seccompiler::BpfProgram>,
+    /// Installed before `bpf`: the calls every confined process gets ENOSYS for.
+    pub(crate) bpf_enosys: Option<seccompiler::BpfProgram>,
     pub(crate) applied: Applied,
 }
 
@@ -280,13 +282,17 @@ impl Prepared {
                 "no landlock on this kernel: the program's filesystem and ports are not restricted"
             ),
         }
-        let (bpf, seccomp) = match &policy.seccomp {
+        let (bpf, bpf_enosys, seccomp) = match &policy.seccomp {
             SeccompPolicy::Profile(profile) => {
                 let (bpf, applied) =
                     crate::seccomp::compile(&profile.resolved_path(), &profile.filter)?;
-                (Some(bpf), Some(applied))
+                (
+                    Some(bpf),
+                    Some(crate::seccomp::enosys_filter()?),
+                    Some(applied),
+                )
             }
-            SeccompPolicy::Unconfined => (None, None),
+            SeccompPolicy::Unconfined => (None, None, None),
         };
 
         Ok(Prepared {
@@ -304,6 +310,7 @@ impl Prepared {
             _fds: fds,
             landlock_fd,
             bpf,
+            bpf_enosys,
             applied: Applied {
                 program: command.program,
                 uid: policy.uid,

@@ -982,7 +982,8 @@ mod tests {
             ("RestrictAddressFamilies_AF_NETLINK", Some(1)),
             ("RestrictAddressFamilies_AF_PACKET", Some(0)),
             ("RestrictAddressFamilies_OTHER", Some(0)),
-            ("RestrictNamespaces_user", Some(1)), // clone3 cannot be filtered by flags
+            // clone3 cannot be filtered by flags: the stacked filter fails it with ENOSYS.
+            ("RestrictNamespaces_user", Some(0)),
             ("LockPersonality", Some(0)),
             ("RestrictRealtime", Some(0)),
             ("TalosLandlockFilesystem", Some(1)),

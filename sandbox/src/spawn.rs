@@ -548,11 +548,19 @@ fn install_seccomp(p: &Prepared) -> Result<(), Errno> {
     let Some(bpf) = &p.bpf else {
         return Ok(()); // an explicitly unconfined policy; recorded as no filter in `applied`
     };
+    // The ENOSYS filter first: it lets `seccomp` through, so the allow-list can follow it.
+    if let Some(enosys) = &p.bpf_enosys {
+        install_filter(enosys)?;
+    }
+    install_filter(bpf)
+}
+
+fn install_filter(bpf: &seccompiler::BpfProgram) -> Result<(), Errno> {
     let prog = SockFprog {
         len: libc::c_ushort::try_from(bpf.len()).map_err(|_| libc::E2BIG)?,
         filter: bpf.as_ptr(),
     };
-    // SAFETY: the kernel copies `prog.len` instructions from memory owned by `p`.
+    // SAFETY: the kernel copies `prog.len` instructions from memory owned by the caller.
     check(unsafe {
         libc::syscall(
             libc::SYS_seccomp,

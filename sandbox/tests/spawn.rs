@@ -188,7 +188,8 @@ fn every_thread_has_the_policys_identity_capabilities_nnp_and_seccomp() {
             "Seccomp of thread {}",
             t.tid
         );
-        assert_eq!(t.seccomp_filters, 1, "one filter on thread {}", t.tid);
+        // The allow-list and the filter stacked before it (clone3 fails with ENOSYS).
+        assert_eq!(t.seccomp_filters, 2, "two filters on thread {}", t.tid);
     }
     let applied = observed.applied.as_ref().unwrap();
     assert_eq!(applied.landlock.kernel_abi, sandbox::landlock_kernel_abi());
@@ -509,4 +510,28 @@ fn concurrent_spawns_from_many_threads_leak_no_fds_into_each_other() {
             );
         }
     }
+}
+
+/// clone3's flags sit in a struct seccomp cannot read, so the sandbox stacks a filter that fails
+/// it with ENOSYS; glibc then creates threads with clone, whose flags the allow-list restricts:
+/// threads work, a new user namespace does not (RestrictNamespaces in the audit).
+#[test]
+fn clone3_gets_enosys_threads_still_work_and_namespaces_cannot_be_created() {
+    require_root!();
+    let f = fixture();
+    let policy = f.policy();
+    let clone3 = run(f, &policy, &["clone3"]);
+    assert_eq!(
+        clone3.1.trim(),
+        format!("errno {}", libc::ENOSYS),
+        "{clone3:?}"
+    );
+    let thread = run(f, &policy, &["thread"]);
+    assert!(ok(&thread), "a thread through clone: {thread:?}");
+    let newuser = run(f, &policy, &["clone-newuser"]);
+    assert_eq!(
+        newuser.0.signal(),
+        Some(libc::SIGSYS),
+        "clone(CLONE_NEWUSER) is outside the allow-list: {newuser:?}"
+    );
 }

@@ -232,6 +232,16 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
     assert!(out.status.success(), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let daemons = v.as_array().unwrap();
+    // The exposure targets (on systemd-analyze's model, 0-100 shown as N/10): stated 1.0,
+    // networkd 2.0 at most.
+    for (daemon, max) in [("stated", 10), ("networkd", 20)] {
+        let d = daemons.iter().find(|d| d["daemon"] == daemon).unwrap();
+        let exposure = d["exposure"].as_u64().unwrap();
+        assert!(
+            exposure <= max,
+            "{daemon}: exposure {exposure} > {max}: {d:#}"
+        );
+    }
     assert_eq!(daemons.len(), 2);
     let max = daemons
         .iter()

@@ -14,6 +14,9 @@
 //! sandbox-probe fds               list the open fds (0..1024)
 //! sandbox-probe env               print the environment
 //! sandbox-probe sleep SECS        start 2 more threads, write "ready\n" to fd 3 if open, sleep
+//! sandbox-probe clone3            a raw clone3(2) (the sandbox fails it with ENOSYS)
+//! sandbox-probe thread            start a thread and join it (glibc falls back to clone)
+//! sandbox-probe clone-newuser     a raw clone(2) with CLONE_NEWUSER: outside the profile
 //! ```
 
 use std::io::Write;
@@ -68,6 +71,33 @@ fn main() -> ExitCode {
             Ok(secs) => sleep_with_threads(secs),
             Err(_) => return usage(),
         },
+        ["clone3"] => {
+            // SAFETY: clone3 with a null argument and size 0: the kernel (or the filter) refuses
+            // it before creating anything.
+            cvt(unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) })
+        }
+        ["thread"] => std::thread::spawn(|| ())
+            .join()
+            .map_err(|_| std::io::Error::other("the thread panicked")),
+        ["clone-newuser"] => {
+            // SAFETY: clone with SIGCHLD and CLONE_NEWUSER and no stack is fork-like; the child,
+            // if one is created, exits at once.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_clone,
+                    (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                )
+            };
+            if rc == 0 {
+                // SAFETY: the child leaves without running anything else.
+                unsafe { libc::_exit(0) };
+            }
+            cvt(rc)
+        }
         _ => return usage(),
     };
     match result {
