@@ -15,6 +15,8 @@
 
 use std::io::Write as _;
 
+pub mod fuzz;
+
 /// The running test's name (libtest runs each test on a thread named after it).
 pub fn current_test() -> String {
     std::thread::current()
