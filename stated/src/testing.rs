@@ -252,6 +252,9 @@ async fn fuzz_run(node: bool, mut frames: &[u8]) -> Vec<FuzzOutcome> {
             r
         }
         macro_rules! call {
+            ($ty:ty, |$m:ident| $call:expr) => {
+                call!($ty, |$m| $call, |_r| drop(_r))
+            };
             ($ty:ty, |$m:ident| $call:expr, |$resp:ident| $on_ok:expr) => {
                 match <$ty>::decode(msg) {
                     Err(_) => FuzzOutcome::Undecodable,
@@ -268,7 +271,7 @@ async fn fuzz_run(node: bool, mut frames: &[u8]) -> Vec<FuzzOutcome> {
         }
         let s = &service;
         outcomes.push(match op & 7 {
-            0 => call!(proto::GetRequest, |m| s.get(req(uid, m)), |_r| ()),
+            0 => call!(proto::GetRequest, |m| s.get(req(uid, m))),
             1 => call!(proto::ListRequest, |m| s.list(req(uid, m)), |r| {
                 let mut items = r.into_inner();
                 while let Some(Some(_)) = futures::FutureExt::now_or_never(items.next()) {}
@@ -279,15 +282,12 @@ async fn fuzz_run(node: bool, mut frames: &[u8]) -> Vec<FuzzOutcome> {
             3 => call!(proto::UpdateRequest, |m| s.update(req(uid, m)), |r| {
                 fuzz_check_stored(&store, r.into_inner().resource)
             }),
-            4 => call!(proto::DestroyRequest, |m| s.destroy(req(uid, m)), |_r| ()),
+            4 => call!(proto::DestroyRequest, |m| s.destroy(req(uid, m))),
             5 => call!(proto::WatchRequest, |m| s.watch(req(uid, m)), |r| watches
                 .push(r.into_inner())),
-            6 => call!(proto::TeardownRequest, |m| s.teardown(req(uid, m)), |_r| ()),
-            _ => call!(
-                proto::TeardownAndDestroyRequest,
-                |m| s.teardown_and_destroy(req(uid, m)),
-                |_r| ()
-            ),
+            6 => call!(proto::TeardownRequest, |m| s.teardown(req(uid, m))),
+            _ => call!(proto::TeardownAndDestroyRequest, |m| s
+                .teardown_and_destroy(req(uid, m))),
         });
         // Let the watch tasks run, then read what every open stream has ready.
         for _ in 0..4 {
