@@ -130,3 +130,31 @@ pub fn replay_crate(krate: &str, entries: &[Entry<'_>]) {
         failures.join("\n")
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_target_has_a_corpus_and_a_replaying_crate() {
+        let targets = targets();
+        assert!(targets.len() >= 4, "{targets:?}");
+        for t in &targets {
+            assert!(!corpus(t).is_empty(), "{t} has no corpus");
+        }
+    }
+
+    #[test]
+    fn a_panic_fails_the_replay_even_when_caught() {
+        let target = "networkd_dhcp6";
+        let n = corpus(target).len();
+        assert_eq!(replay(target, &|_| {}), Ok(n));
+        let failed = replay(target, &|_| panic!("a finding")).expect_err("panics");
+        assert_eq!(failed.len(), n);
+        let failed = replay(target, &|_| {
+            let _ = std::panic::catch_unwind(|| panic!("caught inside the entry"));
+        })
+        .expect_err("a caught panic counts");
+        assert_eq!(failed.len(), n);
+    }
+}
