@@ -102,8 +102,9 @@ pub fn replay(target: &str, entry: &dyn Fn(&[u8])) -> Result<usize, Vec<String>>
 /// A fuzz target's name and the library entry its corpus goes through.
 pub type Entry<'a> = (&'a str, &'a dyn Fn(&[u8]));
 
-/// Replays the corpus of every target of `krate` through its entry in `entries`: fails if one panics, if a target's corpus is empty, or if `entries` and the crate's
-/// targets in `fuzz/fuzz_targets` differ.
+/// Replays the corpus of every target of `krate` through its entry in `entries`: fails if one
+/// panics, if a target's corpus is empty, or if `entries` and the crate's targets in
+/// `fuzz/fuzz_targets` differ.
 pub fn replay_crate(krate: &str, entries: &[Entry<'_>]) {
     let prefix = format!("{krate}_");
     let ours: Vec<String> = targets()

@@ -47,10 +47,11 @@ pub struct FuzzConfigOutcome {
 }
 
 /// The fuzzing entry of the machine configuration decoder and patcher: `data` is a
-/// configuration and up to [`FUZZ_MAX_PATCHES`] patches, separated by NUL bytes (not UTF-8 is
-/// replaced, as text read from a file would fail to be). The configuration is decoded,
-/// validated in every mode and re-encoded; the patches are parsed and applied to it, and the
-/// result decoded and validated, as `talosctl machineconfig patch` and `apply-config` do.
+/// configuration and up to [`FUZZ_MAX_PATCHES`] patches, separated by NUL bytes (bytes that
+/// are not UTF-8 become U+FFFD, where reading a file would refuse them). The configuration is
+/// decoded, validated in every mode and re-encoded; the patches are parsed and applied to it,
+/// and the result decoded and validated, as `talosctl machineconfig patch` and `apply-config`
+/// do.
 /// Whatever the bytes, nothing panics: bad input is an error.
 ///
 /// A configuration that decodes must re-encode ([`Config::to_yaml`]) into one that decodes and
