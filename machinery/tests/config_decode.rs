@@ -106,6 +106,25 @@ fn samples_round_trip() {
     }
 }
 
+/// Found by the `machinery_config` fuzz target: a v1alpha1 document with nothing set
+/// (`machine: ~`) encoded as `{}`, which does not decode.
+#[test]
+fn empty_v1alpha1_document_round_trips() {
+    for text in [
+        "machine: ~\n",
+        "machine: ~\ncluster: ~\ndebug: ~\n",
+        "version: v1alpha1\n",
+    ] {
+        let cfg = Config::from_yaml(text).expect("decodes");
+        assert!(cfg.v1alpha1.is_some(), "{text:?} is a v1alpha1 document");
+        let encoded = cfg.to_yaml().expect("encodes");
+        assert_eq!(encoded, "version: v1alpha1\n");
+        let again = Config::from_yaml(&encoded).expect("re-decodes");
+        assert!(again.v1alpha1.is_some());
+        assert_eq!(again.to_yaml().expect("encodes"), encoded);
+    }
+}
+
 #[test]
 fn unknown_key_deep_in_the_tree_has_its_full_path() {
     let text = NETWORK.replace("            mtu: 1500\n", "            mtuu: 1500\n");

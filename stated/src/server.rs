@@ -70,6 +70,12 @@ impl Default for PeerLimits {
     }
 }
 
+/// The uid of a caller inside this process, for requests that do not come through a socket
+/// ([`crate::testing::fuzz_requests`]). Only this crate can make one, and a request from a
+/// socket carries its kernel-verified credentials instead: nothing a client sends becomes one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InProcessPeer(pub(crate) u32);
+
 /// Open watches per uid, each released when its watch ends.
 #[derive(Default)]
 struct WatchCounts(std::sync::Mutex<std::collections::HashMap<u32, usize>>);
@@ -127,10 +133,11 @@ impl StateService {
     }
 
     fn uid<T>(req: &Request<T>) -> Option<u32> {
-        req.extensions()
-            .get::<UdsConnectInfo>()
+        let ext = req.extensions();
+        ext.get::<UdsConnectInfo>()
             .and_then(|i| i.peer_cred)
             .map(|c| c.uid())
+            .or_else(|| ext.get::<InProcessPeer>().map(|p| p.0))
     }
 
     fn peer<T>(&self, req: &Request<T>) -> Peer {

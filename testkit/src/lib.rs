@@ -3,6 +3,8 @@
 //! `SKIPPED: <test>: <reason>`, appends the line to the file `$TALOS_SKIPPED_FILE` names (the
 //! test script prints them all at the end), and under `CI=true` fails the test instead.
 //!
+//! [`fuzz`] replays the fuzz corpora (`fuzz/corpus/`) in the normal suite.
+//!
 //! ```no_run
 //! #[test]
 //! fn needs_root() {
@@ -14,6 +16,8 @@
 //! ```
 
 use std::io::Write as _;
+
+pub mod fuzz;
 
 /// The running test's name (libtest runs each test on a thread named after it).
 pub fn current_test() -> String {

@@ -221,7 +221,17 @@ impl Config {
     pub fn to_yaml(&self) -> Result<String, serde_yaml_ng::Error> {
         let mut parts = Vec::new();
         if let Some(doc) = &self.v1alpha1 {
-            parts.push(serde_yaml_ng::to_string(doc)?);
+            if *doc == V1Alpha1::default() {
+                // Nothing set (`machine: ~`) would encode as `{}`, which is no v1alpha1
+                // document: name its version, so that the text decodes to one again.
+                let named = V1Alpha1 {
+                    version: Some(v1alpha1::VERSION.to_string()),
+                    ..V1Alpha1::default()
+                };
+                parts.push(serde_yaml_ng::to_string(&named)?);
+            } else {
+                parts.push(serde_yaml_ng::to_string(doc)?);
+            }
         }
         for doc in &self.documents {
             parts.push(serde_yaml_ng::to_string(&doc.value)?);

@@ -342,6 +342,53 @@ fn clean_name(s: &str) -> Option<String> {
     valid.then(|| t.to_string())
 }
 
+/// Transaction ID of the client that [`fuzz_reply`] receives replies for.
+pub const FUZZ_XID: u32 = 0x1234_5678;
+/// Hardware address of that client.
+pub const FUZZ_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+/// The fuzzing entry of the DHCPv4 client's receive path: `bytes`, a datagram as the client's
+/// socket receives it, goes through [`decode`] and [`parse_reply`] for transaction [`FUZZ_XID`]
+/// of [`FUZZ_MAC`]; an ACK through the lease it grants (stored as a resource and read back) and
+/// the specs networkd makes of that lease. Returns the lease, `None` if the datagram is ignored.
+///
+/// Whatever the bytes, nothing panics, not even inside the codec (a fuzzer counts a panic that
+/// [`decode`]'s guard catches); this panics (a fuzzer finding) if a reply of another
+/// transaction or client is accepted or a lease has impossible timers.
+pub fn fuzz_reply(bytes: &[u8]) -> Option<crate::dhcp::Lease> {
+    use crate::dhcp::Lease;
+    let _ = decode(bytes);
+    let reply = parse_reply(bytes, FUZZ_XID, &FUZZ_MAC)?;
+    let msg = decode(bytes).expect("a parsed reply decodes");
+    assert!(
+        msg.xid() == FUZZ_XID && msg.chaddr() == FUZZ_MAC,
+        "a reply of another transaction or client was accepted"
+    );
+    if reply.kind != MessageType::Ack {
+        return None;
+    }
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    let lease = Lease::from_ack("eth0", &reply, now)?;
+    assert!(lease.prefix_len <= 32, "prefix length {}", lease.prefix_len);
+    assert!(
+        lease.renewal <= lease.rebinding && lease.rebinding <= lease.lease_time,
+        "timers {} {} {}",
+        lease.renewal,
+        lease.rebinding,
+        lease.lease_time
+    );
+    let _ = (lease.until_renewal(now), lease.until_expiry(now));
+    let stored = cosi::resource::encode_spec(&lease).expect("a lease encodes");
+    let back: Lease = cosi::resource::decode_spec(&stored).expect("a stored lease decodes");
+    assert_eq!(back, lease, "a lease reads back as stored");
+    let operator = machinery::resources::network::OperatorSpecSpec {
+        link_name: "eth0".into(),
+        ..Default::default()
+    };
+    let _ = crate::controllers::operator_spec::lease_specs(&operator, &lease, true);
+    Some(lease)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -512,6 +512,67 @@ fn valid_name(n: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
 }
 
+/// Transaction ID of the client that [`fuzz_reply`] receives replies for.
+pub const FUZZ_XID: u32 = 0x00ab_cdef;
+/// Hardware address of that client (its DUID is the DUID-LL of it).
+pub const FUZZ_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+/// IAID of that client's IA_NA.
+pub const FUZZ_IAID: u32 = 7;
+
+/// The fuzzing entry of the DHCPv6 client's receive path: `bytes`, a datagram as the client's
+/// socket receives it, goes through [`decode`] and [`parse_reply`] for transaction
+/// [`FUZZ_XID`] of the client with the DUID-LL of [`FUZZ_MAC`] and IAID [`FUZZ_IAID`], then
+/// through the lease it grants (stored as a resource and read back) and the specs networkd
+/// makes of that lease. Returns the lease, `None` if the datagram is ignored or grants none.
+///
+/// Whatever the bytes, nothing panics, not even inside the codec (a fuzzer counts a panic that
+/// [`decode`]'s guard catches); this panics (a fuzzer finding) if a reply of another
+/// transaction or client is accepted or a lease has impossible lifetimes.
+pub fn fuzz_reply(bytes: &[u8]) -> Option<crate::dhcp6::Lease> {
+    use crate::dhcp6::Lease;
+    let identity = Identity {
+        duid: duid_ll(&FUZZ_MAC)?,
+        iaid: FUZZ_IAID,
+        request_hostname: true,
+    };
+    let _ = decode(bytes);
+    let reply = parse_reply(bytes, FUZZ_XID, &identity)?;
+    let msg = decode(bytes).expect("a parsed reply decodes");
+    assert!(
+        msg.xid_num() == FUZZ_XID
+            && matches!(
+                msg.opts().get(OptionCode::ClientId),
+                Some(DhcpOption::ClientId(d)) if *d == identity.duid
+            ),
+        "a reply of another transaction or client was accepted"
+    );
+    let _ = reply.failure();
+    if let Some(a) = reply.address() {
+        assert!(a.valid > 0 && a.preferred <= a.valid, "lifetimes {a:?}");
+        assert!(!a.address.is_unspecified() && !a.address.is_multicast());
+    }
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    let lease = Lease::from_reply("eth0", &identity, &reply, now)?;
+    assert!(
+        lease.renewal <= lease.rebinding && lease.rebinding <= lease.valid_lifetime,
+        "timers {} {} {}",
+        lease.renewal,
+        lease.rebinding,
+        lease.valid_lifetime
+    );
+    assert!(lease.belongs_to("eth0", &identity));
+    let _ = (lease.until_renewal(now), lease.until_expiry(now));
+    let stored = cosi::resource::encode_spec(&lease).expect("a lease encodes");
+    let back: Lease = cosi::resource::decode_spec(&stored).expect("a stored lease decodes");
+    assert_eq!(back, lease, "a lease reads back as stored");
+    let operator = machinery::resources::network::OperatorSpecSpec {
+        link_name: "eth0".into(),
+        ..Default::default()
+    };
+    let _ = crate::controllers::operator_spec::lease6_specs(&operator, &lease, true);
+    Some(lease)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
