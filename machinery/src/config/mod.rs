@@ -30,9 +30,11 @@ pub use unapplied::{unapplied, UNAPPLIED_NETWORK_DOCUMENTS};
 pub use v1alpha1::{MachineType, V1Alpha1};
 pub use validate::{ParseValidationModeError, ValidationMode};
 
+#[cfg(feature = "fuzzing")]
 /// Patches one [`fuzz_config`] input applies at most.
 pub const FUZZ_MAX_PATCHES: usize = 4;
 
+#[cfg(feature = "fuzzing")]
 /// How far one [`fuzz_config`] input got.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FuzzConfigOutcome {
@@ -46,6 +48,7 @@ pub struct FuzzConfigOutcome {
     pub patched: bool,
 }
 
+#[cfg(feature = "fuzzing")]
 /// The fuzzing entry of the machine configuration decoder and patcher: `data` is a
 /// configuration and up to [`FUZZ_MAX_PATCHES`] patches, separated by NUL bytes (bytes that
 /// are not UTF-8 become U+FFFD, where reading a file would refuse them). The configuration is
@@ -90,6 +93,7 @@ pub fn fuzz_config(data: &[u8]) -> FuzzConfigOutcome {
     outcome
 }
 
+#[cfg(feature = "fuzzing")]
 /// Validates in every mode; whether any passed.
 fn fuzz_validate(cfg: &Config) -> bool {
     let mut any = false;

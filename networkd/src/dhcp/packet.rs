@@ -342,11 +342,14 @@ fn clean_name(s: &str) -> Option<String> {
     valid.then(|| t.to_string())
 }
 
+#[cfg(feature = "fuzzing")]
 /// Transaction ID of the client that [`fuzz_reply`] receives replies for.
 pub const FUZZ_XID: u32 = 0x1234_5678;
+#[cfg(feature = "fuzzing")]
 /// Hardware address of that client.
 pub const FUZZ_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
+#[cfg(feature = "fuzzing")]
 /// The fuzzing entry of the DHCPv4 client's receive path: `bytes`, a datagram as the client's
 /// socket receives it, goes through [`decode`] and [`parse_reply`] for transaction [`FUZZ_XID`]
 /// of [`FUZZ_MAC`]; an ACK through the lease it grants (stored as a resource and read back) and

@@ -512,13 +512,17 @@ fn valid_name(n: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
 }
 
+#[cfg(feature = "fuzzing")]
 /// Transaction ID of the client that [`fuzz_reply`] receives replies for.
 pub const FUZZ_XID: u32 = 0x00ab_cdef;
+#[cfg(feature = "fuzzing")]
 /// Hardware address of that client (its DUID is the DUID-LL of it).
 pub const FUZZ_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+#[cfg(feature = "fuzzing")]
 /// IAID of that client's IA_NA.
 pub const FUZZ_IAID: u32 = 7;
 
+#[cfg(feature = "fuzzing")]
 /// The fuzzing entry of the DHCPv6 client's receive path: `bytes`, a datagram as the client's
 /// socket receives it, goes through [`decode`] and [`parse_reply`] for transaction
 /// [`FUZZ_XID`] of the client with the DUID-LL of [`FUZZ_MAC`] and IAID [`FUZZ_IAID`], then
