@@ -3,3 +3,5 @@
 pub mod config;
 pub mod manifest;
 pub mod resources;
+#[cfg(feature = "pki")]
+pub mod secrets;

@@ -1,0 +1,376 @@
+//! Keys and certificates as Talos writes them: PEM with upstream's labels (`ED25519 PRIVATE
+//! KEY` around PKCS#8, SEC1 `EC PRIVATE KEY`, PKCS#1 `RSA PRIVATE KEY`; `PRIVATE KEY` is read
+//! too), self-signed CAs and certificates signed by one.
+//!
+//! The codecs are kept crates: rcgen (over ring) makes and signs certificates, x509-parser
+//! reads them, p256 and rsa convert SEC1 and PKCS#1 keys to the PKCS#8 that ring signs with and
+//! generate the RSA key ring cannot.
+
+use std::time::{Duration, SystemTime};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, SerialNumber, SignatureAlgorithm,
+};
+use ring::rand::SecureRandom as _;
+
+use super::SecretsError;
+
+/// PEM label of an Ed25519 key (PKCS#8 inside), as upstream writes it.
+pub const ED25519_LABEL: &str = "ED25519 PRIVATE KEY";
+/// PEM label of a SEC1 EC key.
+pub const EC_LABEL: &str = "EC PRIVATE KEY";
+/// PEM label of a PKCS#1 RSA key.
+pub const RSA_LABEL: &str = "RSA PRIVATE KEY";
+/// PEM label of a PKCS#8 key of any algorithm.
+pub const PKCS8_LABEL: &str = "PRIVATE KEY";
+/// PEM label of a certificate.
+pub const CERTIFICATE_LABEL: &str = "CERTIFICATE";
+
+/// Validity of a CA: 87600 h, as upstream's `CAValidityTime`.
+pub const CA_VALIDITY: Duration = Duration::from_secs(87_600 * 3600);
+
+/// Random bytes from the system's generator.
+pub fn random(n: usize) -> Result<Vec<u8>, SecretsError> {
+    let mut buf = vec![0u8; n];
+    ring::rand::SystemRandom::new()
+        .fill(&mut buf)
+        .map_err(|_| SecretsError::Random)?;
+    Ok(buf)
+}
+
+/// The algorithm of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyAlgorithm {
+    /// Ed25519.
+    Ed25519,
+    /// ECDSA over P-256 with SHA-256.
+    EcdsaP256,
+    /// RSA (signing with SHA-256).
+    Rsa,
+}
+
+impl KeyAlgorithm {
+    fn signature(self) -> &'static SignatureAlgorithm {
+        match self {
+            Self::Ed25519 => &rcgen::PKCS_ED25519,
+            Self::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+            Self::Rsa => &rcgen::PKCS_RSA_SHA256,
+        }
+    }
+}
+
+/// A private key read from, or written as, upstream's PEM.
+#[derive(Clone, Debug)]
+pub struct PrivateKey {
+    algorithm: KeyAlgorithm,
+    /// The key as PKCS#8 DER (what ring signs with).
+    pkcs8: Vec<u8>,
+}
+
+impl PrivateKey {
+    /// A new key: Ed25519 or ECDSA P-256 from ring, RSA (`bits`) from the rsa crate.
+    pub fn generate(algorithm: KeyAlgorithm) -> Result<PrivateKey, SecretsError> {
+        let pkcs8 = match algorithm {
+            KeyAlgorithm::Ed25519 | KeyAlgorithm::EcdsaP256 => {
+                KeyPair::generate_for(algorithm.signature())
+                    .map_err(|e| SecretsError::Crypto(e.to_string()))?
+                    .serialize_der()
+            }
+            KeyAlgorithm::Rsa => return Self::generate_rsa(4096),
+        };
+        Ok(PrivateKey { algorithm, pkcs8 })
+    }
+
+    /// A new RSA key of `bits` bits.
+    pub fn generate_rsa(bits: usize) -> Result<PrivateKey, SecretsError> {
+        use rsa::pkcs8::EncodePrivateKey as _;
+        let mut rng = RingRng;
+        let key = rsa::PrivateKey::new(&mut rng, bits)
+            .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+        let der = key
+            .to_pkcs8_der()
+            .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+        Ok(PrivateKey {
+            algorithm: KeyAlgorithm::Rsa,
+            pkcs8: der.as_bytes().to_vec(),
+        })
+    }
+
+    /// Reads a PEM key with any of the labels upstream writes or reads. Errors say what is
+    /// wrong as upstream's do (`failed to parse PEM block`, `unsupported key type: "X"`).
+    pub fn from_pem(text: &[u8]) -> Result<PrivateKey, SecretsError> {
+        let block = pem::parse(text).map_err(|_| SecretsError::Pem)?;
+        let der = block.contents();
+        let bad = |e: String| SecretsError::Key(e);
+        match block.tag() {
+            ED25519_LABEL | PKCS8_LABEL => {
+                let pair = KeyPair::try_from(der).map_err(|e| bad(e.to_string()))?;
+                let algorithm = if pair.is_compatible(&rcgen::PKCS_ED25519) {
+                    KeyAlgorithm::Ed25519
+                } else if pair.is_compatible(&rcgen::PKCS_ECDSA_P256_SHA256) {
+                    KeyAlgorithm::EcdsaP256
+                } else if pair.is_compatible(&rcgen::PKCS_RSA_SHA256) {
+                    KeyAlgorithm::Rsa
+                } else {
+                    return Err(bad("unsupported PKCS#8 key algorithm".into()));
+                };
+                if block.tag() == ED25519_LABEL && algorithm != KeyAlgorithm::Ed25519 {
+                    return Err(bad(format!("an {ED25519_LABEL} block holds another key")));
+                }
+                Ok(PrivateKey {
+                    algorithm,
+                    pkcs8: der.to_vec(),
+                })
+            }
+            EC_LABEL => {
+                use p256::pkcs8::EncodePrivateKey as _;
+                let key = p256::SecretKey::from_sec1_der(der)
+                    .map_err(|_| bad("not a SEC1 P-256 EC key (only P-256 is supported)".into()))?;
+                let pkcs8 = key.to_pkcs8_der().map_err(|e| bad(e.to_string()))?;
+                Ok(PrivateKey {
+                    algorithm: KeyAlgorithm::EcdsaP256,
+                    pkcs8: pkcs8.as_bytes().to_vec(),
+                })
+            }
+            RSA_LABEL => {
+                use rsa::pkcs1::DecodeRsaPrivateKey as _;
+                use rsa::pkcs8::EncodePrivateKey as _;
+                let key = rsa::PrivateKey::from_pkcs1_der(der).map_err(|e| bad(e.to_string()))?;
+                let pkcs8 = key.to_pkcs8_der().map_err(|e| bad(e.to_string()))?;
+                Ok(PrivateKey {
+                    algorithm: KeyAlgorithm::Rsa,
+                    pkcs8: pkcs8.as_bytes().to_vec(),
+                })
+            }
+            other => Err(SecretsError::UnsupportedKeyType(other.to_string())),
+        }
+    }
+
+    /// The key in upstream's PEM: Ed25519 as `ED25519 PRIVATE KEY` (PKCS#8), EC as SEC1,
+    /// RSA as PKCS#1.
+    pub fn to_pem(&self) -> Result<String, SecretsError> {
+        let crypto = |e: String| SecretsError::Crypto(e);
+        let (label, der) = match self.algorithm {
+            KeyAlgorithm::Ed25519 => (ED25519_LABEL, self.pkcs8.clone()),
+            KeyAlgorithm::EcdsaP256 => {
+                use p256::pkcs8::DecodePrivateKey as _;
+                let key = p256::SecretKey::from_pkcs8_der(&self.pkcs8)
+                    .map_err(|e| crypto(e.to_string()))?;
+                let sec1 = key.to_sec1_der().map_err(|e| crypto(e.to_string()))?;
+                (EC_LABEL, sec1.to_vec())
+            }
+            KeyAlgorithm::Rsa => {
+                use rsa::pkcs1::EncodeRsaPrivateKey as _;
+                use rsa::pkcs8::DecodePrivateKey as _;
+                let key = rsa::PrivateKey::from_pkcs8_der(&self.pkcs8)
+                    .map_err(|e| crypto(e.to_string()))?;
+                let der = key.to_pkcs1_der().map_err(|e| crypto(e.to_string()))?;
+                (RSA_LABEL, der.as_bytes().to_vec())
+            }
+        };
+        Ok(pem::encode(&pem::Pem::new(label, der)))
+    }
+
+    /// Its algorithm.
+    pub fn algorithm(&self) -> KeyAlgorithm {
+        self.algorithm
+    }
+
+    /// The rcgen key pair of it.
+    fn key_pair(&self) -> Result<KeyPair, SecretsError> {
+        let der = rustls_pki_types::PrivatePkcs8KeyDer::from(self.pkcs8.as_slice());
+        KeyPair::from_pkcs8_der_and_sign_algo(&der, self.algorithm.signature())
+            .map_err(|e| SecretsError::Crypto(e.to_string()))
+    }
+
+    /// The DER SubjectPublicKeyInfo of its public key.
+    pub fn public_key_der(&self) -> Result<Vec<u8>, SecretsError> {
+        use rcgen::PublicKeyData as _;
+        Ok(self.key_pair()?.subject_public_key_info())
+    }
+}
+
+/// ring's generator as the `rand_core` generator the rsa crate takes.
+struct RingRng;
+
+/// ring's generator failed.
+#[derive(Debug)]
+struct RngFailed;
+
+impl std::fmt::Display for RngFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the system random generator failed")
+    }
+}
+
+impl std::error::Error for RngFailed {}
+
+impl rsa::rand_core::TryRng for RingRng {
+    type Error = RngFailed;
+
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        let mut b = [0u8; 4];
+        self.try_fill_bytes(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        let mut b = [0u8; 8];
+        self.try_fill_bytes(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        ring::rand::SystemRandom::new()
+            .fill(dst)
+            .map_err(|_| RngFailed)
+    }
+}
+
+impl rsa::rand_core::TryCryptoRng for RingRng {}
+
+/// A certificate read from PEM.
+#[derive(Clone, Debug)]
+pub struct Certificate {
+    der: Vec<u8>,
+}
+
+impl Certificate {
+    /// Reads one PEM certificate; the DER must parse as X.509.
+    pub fn from_pem(text: &[u8]) -> Result<Certificate, SecretsError> {
+        let block = pem::parse(text).map_err(|_| SecretsError::Pem)?;
+        if block.tag() != CERTIFICATE_LABEL {
+            return Err(SecretsError::Certificate(format!(
+                "PEM block is {:?}, not {CERTIFICATE_LABEL:?}",
+                block.tag()
+            )));
+        }
+        let der = block.contents().to_vec();
+        x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| SecretsError::Certificate(e.to_string()))?;
+        Ok(Certificate { der })
+    }
+
+    /// The DER.
+    pub fn der(&self) -> &[u8] {
+        &self.der
+    }
+
+    /// The PEM.
+    pub fn to_pem(&self) -> String {
+        pem::encode(&pem::Pem::new(CERTIFICATE_LABEL, self.der.clone()))
+    }
+
+    /// The DER SubjectPublicKeyInfo of its public key.
+    pub fn public_key_der(&self) -> Result<Vec<u8>, SecretsError> {
+        let (_, cert) = x509_parser::parse_x509_certificate(&self.der)
+            .map_err(|e| SecretsError::Certificate(e.to_string()))?;
+        Ok(cert.public_key().raw.to_vec())
+    }
+}
+
+/// What a certificate says about its subject and use.
+#[derive(Clone, Debug, Default)]
+pub struct Subject {
+    /// Organizations (O), in order.
+    pub organizations: Vec<String>,
+    /// Common name, if any.
+    pub common_name: Option<String>,
+}
+
+fn serial() -> Result<SerialNumber, SecretsError> {
+    // 128 random bits, positive (the top bit clear, as Go's rand.Int(2^128) is).
+    let mut bytes = random(16)?;
+    bytes[0] &= 0x7f;
+    Ok(SerialNumber::from_slice(&bytes))
+}
+
+fn distinguished_name(subject: &Subject) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    for o in &subject.organizations {
+        dn.push(DnType::OrganizationName, o.as_str());
+    }
+    if let Some(cn) = &subject.common_name {
+        dn.push(DnType::CommonName, cn.as_str());
+    }
+    dn
+}
+
+fn params(
+    subject: &Subject,
+    now: SystemTime,
+    validity: Duration,
+) -> Result<CertificateParams, SecretsError> {
+    let mut p = CertificateParams::default();
+    p.distinguished_name = distinguished_name(subject);
+    p.not_before = time::OffsetDateTime::from(now);
+    p.not_after = time::OffsetDateTime::from(now + validity);
+    p.serial_number = Some(serial()?);
+    Ok(p)
+}
+
+/// A self-signed CA as upstream's `NewSelfSignedCertificateAuthority`: IsCA, key usage
+/// CertSign + DigitalSignature, extended key usage server and client auth, a random 128-bit
+/// serial and a random 20-byte subject key identifier, valid from `now` for [`CA_VALIDITY`].
+pub fn self_signed_ca(
+    subject: &Subject,
+    algorithm: KeyAlgorithm,
+    now: SystemTime,
+) -> Result<(Certificate, PrivateKey), SecretsError> {
+    let key = PrivateKey::generate(algorithm)?;
+    let mut p = params(subject, now, CA_VALIDITY)?;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    p.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    p.key_identifier_method = KeyIdMethod::PreSpecified(random(20)?);
+    let cert = p
+        .self_signed(&key.key_pair()?)
+        .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+    Ok((
+        Certificate {
+            der: cert.der().to_vec(),
+        },
+        key,
+    ))
+}
+
+/// A leaf certificate signed by `ca` for a new key of the CA's algorithm (upstream's
+/// `NewKeyPair`: the leaf's key type follows the CA's), valid from `now` for `validity`.
+pub fn issue(
+    ca: (&Certificate, &PrivateKey),
+    subject: &Subject,
+    key_usages: Vec<KeyUsagePurpose>,
+    extended: Vec<ExtendedKeyUsagePurpose>,
+    now: SystemTime,
+    validity: Duration,
+) -> Result<(Certificate, PrivateKey), SecretsError> {
+    let algorithm = ca.1.algorithm();
+    let key = if algorithm == KeyAlgorithm::Rsa {
+        PrivateKey::generate_rsa(2048)?
+    } else {
+        PrivateKey::generate(algorithm)?
+    };
+    let mut p = params(subject, now, validity)?;
+    p.key_usages = key_usages;
+    p.extended_key_usages = extended;
+    p.use_authority_key_identifier_extension = true;
+    let ca_der = rustls_pki_types::CertificateDer::from(ca.0.der());
+    let issuer = Issuer::from_ca_cert_der(&ca_der, ca.1.key_pair()?)
+        .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+    let cert = p
+        .signed_by(&key.key_pair()?, &issuer)
+        .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+    Ok((
+        Certificate {
+            der: cert.der().to_vec(),
+        },
+        key,
+    ))
+}
