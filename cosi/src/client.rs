@@ -198,7 +198,16 @@ impl Client {
         op: Op,
         call: impl std::future::Future<Output = Result<T, tonic::Status>>,
     ) -> Result<T, StateError> {
-        match tokio::time::timeout(self.request_timeout, call).await {
+        let outcome = tokio::time::timeout(self.request_timeout, call).await;
+        self.outcome(op, outcome)
+    }
+
+    fn outcome<T>(
+        &self,
+        op: Op,
+        outcome: Result<Result<T, tonic::Status>, tokio::time::error::Elapsed>,
+    ) -> Result<T, StateError> {
+        match outcome {
             // tonic enforces the request's deadline itself as well.
             Ok(Err(s))
                 if matches!(
@@ -210,6 +219,31 @@ impl Client {
             }
             Ok(r) => r.map_err(|s| StateError::from_status(op, &s)),
             Err(_) => Err(self.not_answering()),
+        }
+    }
+
+    /// A write under the deadline, sent again (within the read-retry window) when it failed
+    /// without reaching stated: the connection was gone before the request went out (stated
+    /// restarted; hyper cancels what it had queued) or could not be made. A write stated may
+    /// have seen is never repeated.
+    async fn timed_write<T, F, Fut>(&self, op: Op, f: F) -> Result<T, StateError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.read_retry;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match tokio::time::timeout(self.request_timeout, f()).await {
+                Ok(Err(s))
+                    if never_sent(&s) && tokio::time::Instant::now() + backoff < deadline =>
+                {
+                    tracing::debug!(status = %s, "state write not sent, sending it again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                other => return self.outcome(op, other),
+            }
         }
     }
 
@@ -350,14 +384,18 @@ impl Client {
         resource: &RawResource,
         owner: &str,
     ) -> Result<RawResource, StateError> {
-        let mut inner = self.inner.clone();
-        let req = self.request(proto::CreateRequest {
-            resource: Some(resource.to_proto()),
-            options: Some(proto::CreateOptions {
-                owner: owner.into(),
-            }),
-        });
-        let resp = self.timed(Op::Create, inner.create(req)).await?;
+        let resp = self
+            .timed_write(Op::Create, || {
+                let mut inner = self.inner.clone();
+                let req = self.request(proto::CreateRequest {
+                    resource: Some(resource.to_proto()),
+                    options: Some(proto::CreateOptions {
+                        owner: owner.into(),
+                    }),
+                });
+                async move { inner.create(req).await }
+            })
+            .await?;
         decode(resp.into_inner().resource)
     }
 
@@ -369,15 +407,19 @@ impl Client {
         owner: &str,
         expected_phase: Option<Phase>,
     ) -> Result<RawResource, StateError> {
-        let mut inner = self.inner.clone();
-        let req = self.request(proto::UpdateRequest {
-            new_resource: Some(resource.to_proto()),
-            options: Some(proto::UpdateOptions {
-                owner: owner.into(),
-                expected_phase: expected_phase.map(|p| p.as_str().to_string()),
-            }),
-        });
-        let resp = self.timed(Op::Update, inner.update(req)).await?;
+        let resp = self
+            .timed_write(Op::Update, || {
+                let mut inner = self.inner.clone();
+                let req = self.request(proto::UpdateRequest {
+                    new_resource: Some(resource.to_proto()),
+                    options: Some(proto::UpdateOptions {
+                        owner: owner.into(),
+                        expected_phase: expected_phase.map(|p| p.as_str().to_string()),
+                    }),
+                });
+                async move { inner.update(req).await }
+            })
+            .await?;
         decode(resp.into_inner().resource)
     }
 
@@ -389,16 +431,20 @@ impl Client {
         id: &str,
         owner: &str,
     ) -> Result<(), StateError> {
-        let mut inner = self.inner.clone();
-        let req = self.request(proto::DestroyRequest {
-            namespace: namespace.into(),
-            r#type: r#type.into(),
-            id: id.into(),
-            options: Some(proto::DestroyOptions {
-                owner: owner.into(),
-            }),
-        });
-        self.timed(Op::Destroy, inner.destroy(req)).await.map(drop)
+        self.timed_write(Op::Destroy, || {
+            let mut inner = self.inner.clone();
+            let req = self.request(proto::DestroyRequest {
+                namespace: namespace.into(),
+                r#type: r#type.into(),
+                id: id.into(),
+                options: Some(proto::DestroyOptions {
+                    owner: owner.into(),
+                }),
+            });
+            async move { inner.destroy(req).await }
+        })
+        .await
+        .map(drop)
     }
 
     /// Marks a resource tearing down; returns whether it has no finalizers left.
@@ -409,16 +455,20 @@ impl Client {
         id: &str,
         owner: &str,
     ) -> Result<bool, StateError> {
-        let mut inner = self.inner.clone();
-        let req = self.request(proto::TeardownRequest {
-            namespace: namespace.into(),
-            r#type: r#type.into(),
-            id: id.into(),
-            options: Some(proto::TeardownOptions {
-                owner: owner.into(),
-            }),
-        });
-        let resp = self.timed(Op::Teardown, inner.teardown(req)).await?;
+        let resp = self
+            .timed_write(Op::Teardown, || {
+                let mut inner = self.inner.clone();
+                let req = self.request(proto::TeardownRequest {
+                    namespace: namespace.into(),
+                    r#type: r#type.into(),
+                    id: id.into(),
+                    options: Some(proto::TeardownOptions {
+                        owner: owner.into(),
+                    }),
+                });
+                async move { inner.teardown(req).await }
+            })
+            .await?;
         Ok(resp.into_inner().destroy_ready)
     }
 
@@ -895,4 +945,27 @@ fn diff_relist(seen: &mut Seen, spec: &WatchSpec, current: Vec<RawResource>) -> 
         seen.record(e);
     }
     out
+}
+
+/// Whether a failed call never reached stated: hyper canceled the request before sending it
+/// (its connection was already closed), or the connection could not be made.
+fn never_sent(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = source {
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+            ) {
+                return true;
+            }
+        }
+        source = e.source();
+    }
+    false
 }
