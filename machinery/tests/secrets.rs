@@ -219,6 +219,17 @@ fn a_generated_bundle_has_upstreams_key_types_and_ca_properties() {
     assert_eq!(unb64(&bundle.cluster.as_ref().unwrap().id).len(), 32);
     assert_eq!(unb64(&bundle.cluster.as_ref().unwrap().secret).len(), 32);
 
+    // PEM as Go writes it: LF line endings.
+    for p in [&c.os, &c.etcd, &c.k8s, &c.k8saggregator] {
+        let p = p.as_ref().unwrap();
+        for field in [&p.crt, &p.key] {
+            let text = String::from_utf8(unb64(field)).unwrap();
+            assert!(
+                !text.contains('\r') && text.ends_with("-----\n"),
+                "{text:?}"
+            );
+        }
+    }
     // Its YAML is upstream's layout and reads back the same.
     let text = bundle.to_yaml().unwrap();
     for key in [

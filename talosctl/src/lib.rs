@@ -12,7 +12,8 @@
 //!   through init's control socket;
 //! - [`audit`]: the observed sandbox of every daemon and its exposure score;
 //! - [`cluster`]: local clusters of nodes in namespaces (`cluster create|show|destroy`);
-//! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info`).
+//! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info`);
+//! - [`gen`]: secrets bundles, machine configurations and talosconfigs (`gen secrets|config`).
 //!
 //! `main.rs` only parses arguments and maps [`run`]'s outcome to an exit code with [`exit_code`].
 
@@ -26,6 +27,7 @@ use clap::{Parser, Subcommand};
 pub mod apply;
 pub mod audit;
 pub mod cluster;
+pub mod gen;
 pub mod get;
 pub mod inspect;
 pub mod jsonpath;
@@ -145,6 +147,10 @@ pub enum Command {
     /// The talosconfig file: contexts.
     #[command(subcommand)]
     Config(talosconfig::Command),
+
+    /// Generate secrets bundles, machine configurations and talosconfigs (offline).
+    #[command(subcommand)]
+    Gen(gen::Command),
 }
 
 /// Runs a parsed command line, printing results to standard output.
@@ -192,6 +198,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             talosconfig::run(cmd, &path, cli.context.as_deref(), &mut out)
         }
         Command::Validate(args) => validate::run(args, &mut out),
+        Command::Gen(cmd) => gen::run(cmd, &mut out),
         Command::Machineconfig(cmd) => machineconfig::run(cmd, &mut out),
     }?;
     out.flush()?;

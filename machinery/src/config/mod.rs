@@ -17,6 +17,8 @@
 mod checks;
 mod document;
 mod error;
+#[cfg(feature = "pki")]
+pub mod generate;
 mod patch;
 mod strict;
 mod unapplied;

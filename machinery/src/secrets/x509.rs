@@ -30,6 +30,14 @@ pub const CERTIFICATE_LABEL: &str = "CERTIFICATE";
 /// Validity of a CA: 87600 h, as upstream's `CAValidityTime`.
 pub const CA_VALIDITY: Duration = Duration::from_secs(87_600 * 3600);
 
+/// PEM with LF line endings, as Go's encoding/pem writes it (the pem crate's default is CRLF).
+fn encode_pem(label: &str, der: Vec<u8>) -> String {
+    pem::encode_config(
+        &pem::Pem::new(label, der),
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    )
+}
+
 /// Random bytes from the system's generator.
 pub fn random(n: usize) -> Result<Vec<u8>, SecretsError> {
     let mut buf = vec![0u8; n];
@@ -169,7 +177,7 @@ impl PrivateKey {
                 (RSA_LABEL, der.as_bytes().to_vec())
             }
         };
-        Ok(pem::encode(&pem::Pem::new(label, der)))
+        Ok(encode_pem(label, der))
     }
 
     /// Its algorithm.
@@ -259,7 +267,7 @@ impl Certificate {
 
     /// The PEM.
     pub fn to_pem(&self) -> String {
-        pem::encode(&pem::Pem::new(CERTIFICATE_LABEL, self.der.clone()))
+        encode_pem(CERTIFICATE_LABEL, self.der.clone())
     }
 
     /// The DER SubjectPublicKeyInfo of its public key.
