@@ -379,7 +379,7 @@ fn plan(args: &CreateArgs) -> anyhow::Result<(Cluster, Vec<Planned>, PathBuf, Pa
     let netns = format!("{}-net", which.name);
     let mut names = vec![netns.clone()];
     let mut nodes = Vec::new();
-    let secrets = genconfig::Secrets::generate()?;
+    let secrets = genconfig::secrets()?;
     let first_cp = net::host(network, prefix, 2).context("the network has no room")?;
     let endpoint = format!("https://{first_cp}:6443");
     let roles = (1..=args.controlplanes)
@@ -404,7 +404,7 @@ fn plan(args: &CreateArgs) -> anyhow::Result<(Cluster, Vec<Planned>, PathBuf, Pa
             supervisor: None,
             init: None,
         };
-        let base = genconfig::node_config(&secrets, &which.name, &name, role, &endpoint);
+        let base = genconfig::node_config(&secrets, &which.name, &name, role, &endpoint)?;
         let mut all: Vec<Patch> = common.clone();
         all.extend(
             match role {
