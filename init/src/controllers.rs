@@ -8,6 +8,9 @@
 //!   their namespaces, each run within the envelope or refused with every reason.
 //! - `runtime.HostnameController`: network's `HostnameSpec` `hostname`, applied to the node's
 //!   UTS namespace (only where init owns it).
+//! - `config.RedactController`: every `MachineConfig` of `config` copied to `config-redacted`
+//!   with its secrets redacted ([`machinery::config::Config::redact`]): what networkd (and
+//!   every daemon but the key holders) reads, so that no key leaves `config`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -15,6 +18,7 @@ use std::sync::Arc;
 
 use cosi::runtime::{Action, Context, Controller, Input, InputKind, Output, ReconcileError};
 use cosi::{Phase, Resource, ResourceSpec};
+use machinery::resources::config::MachineConfigSpec;
 use machinery::resources::network::{HostnameSpecSpec, HOSTNAME_ID};
 use machinery::resources::runtime::{
     DaemonSecuritySpec, KernelCmdlineSpec, MachineStatusSpec, ServiceSpecSpec, ServiceStatusSpec,
@@ -260,5 +264,56 @@ impl Controller for HostnameController {
             }
         }
         Ok(Action::RequeueAfter(RESYNC))
+    }
+}
+
+/// `config` → `config-redacted`, secrets redacted.
+#[derive(Debug, Default)]
+pub struct Redact;
+
+/// `config.RedactController`.
+pub type RedactController = cosi::generic::TransformController<Redact>;
+
+impl cosi::generic::Transform for Redact {
+    type Input = MachineConfigSpec;
+    type Output = MachineConfigSpec;
+
+    fn name(&self) -> &'static str {
+        "config.RedactController"
+    }
+
+    fn input_namespace(&self) -> &str {
+        machinery::resources::config::NAMESPACE
+    }
+
+    fn output_namespace(&self) -> &str {
+        machinery::resources::config::REDACTED_NAMESPACE
+    }
+
+    fn map_id(&self, input: &Resource<MachineConfigSpec>) -> Option<String> {
+        Some(input.metadata.id.clone())
+    }
+
+    /// A configuration that does not decode is not copied at all (its secrets could not be
+    /// found): the last redacted copy stays, and the error says why.
+    fn transform(
+        &self,
+        input: &Resource<MachineConfigSpec>,
+    ) -> Result<MachineConfigSpec, ReconcileError> {
+        let config = machinery::config::Config::from_yaml(&input.spec.0).map_err(|e| {
+            ReconcileError::other(format!(
+                "MachineConfig {:?} does not decode, so it is not redacted ({} problems, the first: {})",
+                input.metadata.id,
+                e.errors.len(),
+                e.errors.first().map(|p| p.path.as_str()).unwrap_or("")
+            ))
+        })?;
+        let text = config.redacted().to_yaml().map_err(|e| {
+            ReconcileError::other(format!(
+                "MachineConfig {:?}: cannot encode the redacted copy: {e}",
+                input.metadata.id
+            ))
+        })?;
+        Ok(MachineConfigSpec(text))
     }
 }

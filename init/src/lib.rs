@@ -299,6 +299,10 @@ async fn boot(
         &manifest.daemons,
         profiles_dir.clone(),
     )));
+    let redacted = machinery::resources::config::REDACTED_NAMESPACE;
+    if manifest.namespaces.iter().any(|n| n.name == redacted) {
+        register(runtime.register(controllers::RedactController::new(controllers::Redact)));
+    }
     let network = machinery::resources::network::NAMESPACE;
     if manifest.namespaces.iter().any(|n| n.name == network) {
         match hostname::may_set(config.mode, config.own_uts) {

@@ -351,3 +351,166 @@ async fn logs_tail_and_follow_and_shutdown_ends_the_node() {
     assert!(status.success(), "{status:?}\n{}", node.log_text());
     assert!(node.leftovers().is_empty(), "nothing of the node runs");
 }
+
+/// No key leaves `config`: init keeps a redacted copy in `config-redacted`, networkd reads that
+/// one, and a client under networkd's uid is refused `config` and finds none of the bundle's
+/// keys, tokens or secrets in anything it may read.
+#[tokio::test]
+async fn networkd_can_read_no_secret_of_the_machine_config() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+
+    use machinery::config::generate::{generate, Input};
+    use machinery::config::{Config, MachineType, REDACTED};
+    use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
+    use machinery::secrets::Bundle;
+
+    require_root!();
+    let _one = NODES.lock().await;
+    let bundle = Bundle::generate(SystemTime::now()).unwrap();
+    let config = generate(
+        &Input::new("demo", "https://10.5.0.2:6443", &bundle),
+        MachineType::ControlPlane,
+    )
+    .unwrap();
+    let text = config.to_yaml().unwrap();
+    let c = bundle.certs.as_ref().unwrap();
+    let s = bundle.secrets.as_ref().unwrap();
+    let secrets: Vec<(&str, String)> = vec![
+        ("os key", c.os.as_ref().unwrap().key.clone()),
+        ("etcd key", c.etcd.as_ref().unwrap().key.clone()),
+        ("k8s key", c.k8s.as_ref().unwrap().key.clone()),
+        (
+            "aggregator key",
+            c.k8saggregator.as_ref().unwrap().key.clone(),
+        ),
+        (
+            "service-account key",
+            c.k8sserviceaccount.as_ref().unwrap().key.clone(),
+        ),
+        (
+            "trustd token",
+            bundle.trustdinfo.as_ref().unwrap().token.clone(),
+        ),
+        ("bootstrap token", s.bootstraptoken.clone()),
+        ("secretbox secret", s.secretboxencryptionsecret.clone()),
+        (
+            "cluster secret",
+            bundle.cluster.as_ref().unwrap().secret.clone(),
+        ),
+    ];
+    for (what, value) in &secrets {
+        assert!(text.contains(value.as_str()), "the config holds the {what}");
+    }
+    let node = Node::builder().config(&text).start();
+    node.wait_healthy(&["stated", "networkd"], T).await;
+
+    // The redacted copy: every secret replaced, the rest as it was.
+    let client = node.state();
+    let deadline = std::time::Instant::now() + T;
+    let redacted = loop {
+        match client
+            .get(REDACTED_NAMESPACE, MachineConfigSpec::TYPE, ACTIVE_ID)
+            .await
+        {
+            Ok(r) => break r,
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no redacted MachineConfig: {e}\n{}", node.log_text()),
+        }
+    };
+    let redacted: cosi::Resource<MachineConfigSpec> = cosi::Resource::from_raw(&redacted).unwrap();
+    for (what, value) in &secrets {
+        assert!(
+            !redacted.spec.0.contains(value.as_str()),
+            "the redacted copy holds the {what}"
+        );
+    }
+    let back = Config::from_yaml(&redacted.spec.0).unwrap();
+    let m = back.machine().unwrap();
+    assert_eq!(m.token.as_deref(), Some(REDACTED));
+    assert_eq!(m.ca.as_ref().unwrap().key.as_deref(), Some(REDACTED));
+    assert_eq!(
+        m.ca.as_ref().unwrap().crt,
+        config.machine().unwrap().ca.as_ref().unwrap().crt,
+        "certificates are no secret"
+    );
+    assert_eq!(back.cluster().unwrap().id, config.cluster().unwrap().id);
+
+    // As networkd's uid (the socket's directories opened for it, as its own mount namespace
+    // would): `config` is refused, and nothing it may read holds a secret.
+    for dir in [node.dir(), &node.root] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    }
+    let networkd_uid = 1_990_000_011;
+    let as_networkd = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_talosctl"))
+            .arg("--socket")
+            .arg(&node.state_socket)
+            .args(args)
+            .env("HOME", "/nonexistent")
+            .uid(networkd_uid)
+            .gid(networkd_uid)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let refused = as_networkd(&[
+        "get",
+        "machineconfig",
+        "--namespace",
+        "config",
+        "-o",
+        "yaml",
+    ]);
+    let err = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(
+        !refused.status.success(),
+        "networkd read config: {}",
+        stdout(&refused)
+    );
+    assert!(err.to_lowercase().contains("permission"), "{err}");
+    let mine = as_networkd(&[
+        "get",
+        "machineconfig",
+        "--namespace",
+        REDACTED_NAMESPACE,
+        "-o",
+        "yaml",
+    ]);
+    assert!(
+        mine.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mine.stderr)
+    );
+    assert!(stdout(&mine).contains(REDACTED));
+    let mut read = 0;
+    for ns in [REDACTED_NAMESPACE, "runtime", "network", "network-config"] {
+        let defs = client
+            .list(
+                "meta",
+                "ResourceDefinitions.meta.cosi.dev",
+                &Query::default(),
+            )
+            .await
+            .unwrap();
+        for def in defs {
+            let name = def.metadata.id.clone();
+            let out = as_networkd(&["get", &name, "--namespace", ns, "-o", "json"]);
+            if !out.status.success() {
+                continue;
+            }
+            let text = stdout(&out);
+            read += text.lines().count();
+            for (what, value) in &secrets {
+                assert!(
+                    !text.contains(value.as_str()),
+                    "{ns}/{name} shows networkd the {what}"
+                );
+            }
+        }
+    }
+    assert!(read > 10, "networkd's uid read {read} resources");
+}

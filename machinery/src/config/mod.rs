@@ -20,6 +20,7 @@ mod error;
 #[cfg(feature = "pki")]
 pub mod generate;
 mod patch;
+mod redact;
 mod strict;
 mod unapplied;
 pub mod v1alpha1;
@@ -28,6 +29,7 @@ mod validate;
 pub use document::{Config, DocumentId, RawDocument};
 pub use error::{ConfigError, ConfigErrors, Warning};
 pub use patch::{apply_patches, Patch, PatchError, StrategicMergePatch};
+pub use redact::REDACTED;
 pub use unapplied::{unapplied, UNAPPLIED_NETWORK_DOCUMENTS};
 pub use v1alpha1::{MachineType, V1Alpha1};
 pub use validate::{ParseValidationModeError, ValidationMode};

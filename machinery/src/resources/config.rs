@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 
 /// The namespace of machine configuration.
 pub const NAMESPACE: &str = "config";
+/// The namespace of the machine configuration without its secrets
+/// ([`Config::redact`](crate::config::Config::redact)): what every daemon but the key holders
+/// reads. init keeps it equal to `config`, resource for resource.
+pub const REDACTED_NAMESPACE: &str = "config-redacted";
 /// ID of the active machine configuration.
 pub const ACTIVE_ID: &str = "v1alpha1";
 

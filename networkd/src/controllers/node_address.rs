@@ -19,7 +19,7 @@ use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::{Phase, Resource};
 use ipnet::IpNet;
 use machinery::config::Config;
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS};
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE as CONFIG_NS};
 use machinery::resources::network::{
     filtered_node_address_id, AddressStatusSpec, LinkStatusSpec, NodeAddressFilterSpec,
     NodeAddressSortAlgorithm, NodeAddressSpec, Scope, NAMESPACE, NODE_ADDRESS_ACCUMULATIVE_ID,

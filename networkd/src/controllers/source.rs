@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use cosi::runtime::{Context, Input, ReconcileError};
 use cosi::{Phase, Resource, ResourceSpec};
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS};
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE as CONFIG_NS};
 use machinery::resources::network::{LinkStatus, LinkStatusSpec, NAMESPACE};
 use machinery::resources::runtime::{KernelCmdlineSpec, CMDLINE_ID, NAMESPACE as RUNTIME_NS};
 

@@ -8,7 +8,7 @@ use std::future::Future;
 
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::{Phase, Resource};
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS};
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE as CONFIG_NS};
 use machinery::resources::network::{
     EtcFileStatusSpec, HostnameStatusSpec, NodeAddressSpec, RouteStatusSpec, StatusSpec,
     ETC_HOSTS_ID, ETC_RESOLV_CONF_ID, HOSTNAME_ID, NAMESPACE, NODE_ADDRESS_CURRENT_ID, STATUS_ID,

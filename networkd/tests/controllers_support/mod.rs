@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cosi::runtime::Runtime;
 use cosi::{Client, Resource, ResourceSpec};
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS};
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE as CONFIG_NS};
 use machinery::resources::network::{
     HardwareAddr, LinkStatusSpec, LinkType, OperationalState, NAMESPACE,
 };
