@@ -19,6 +19,10 @@ machine:
     state:
       provider: luks2
       keys: [{static: {passphrase: sesame}, slot: 0}]
+  env:
+    https_proxy: http://me:proxypass@proxy:3128
+  files:
+    - {content: filesecret, path: /var/f, permissions: 0o600, op: create}
   network:
     interfaces:
       - interface: wg0
@@ -34,6 +38,9 @@ cluster:
   aggregatorCA: {crt: YWdn, key: YWdna2V5}
   serviceAccount: {key: c2FrZXk=}
   etcd: {ca: {crt: ZXRjZA==, key: ZXRjZGtleQ==}}
+  extraManifestHeaders: {Authorization: Bearer headersecret}
+  inlineManifests:
+    - {name: creds, contents: 'kind: Secret'}
 ---
 apiVersion: v1alpha1
 kind: WireguardConfig
@@ -72,6 +79,10 @@ fn every_secret_is_redacted_and_nothing_else_changes() {
         "ZXRjZGtleQ==",
         "d2cxcHJpdg==",
         "cHNr",
+        "proxypass",
+        "filesecret",
+        "headersecret",
+        "kind: Secret",
     ] {
         assert!(CONFIG.contains(secret));
         assert!(!text.contains(secret), "{secret} is in\n{text}");
@@ -91,7 +102,7 @@ fn every_secret_is_redacted_and_nothing_else_changes() {
     ] {
         assert!(text.contains(kept), "{kept:?} is gone from\n{text}");
     }
-    assert_eq!(text.matches(REDACTED).count(), 18, "{text}");
+    assert_eq!(text.matches(REDACTED).count(), 22, "{text}");
     // It decodes and is idempotent.
     let again = Config::from_yaml(&text)
         .unwrap()

@@ -6,7 +6,10 @@
 //! redacts the tokens, cluster secrets and CA keys of the v1alpha1 document; talos-rs also
 //! redacts registry credentials and client keys, static disk encryption passphrases, VIP API
 //! tokens and WireGuard private keys, of the v1alpha1 document and of the typed documents
-//! (`WireguardConfig`, `RegistryAuthConfig`, `RegistryTLSConfig`, the volume encryption keys).
+//! (`WireguardConfig`, `RegistryAuthConfig`, `RegistryTLSConfig`, the volume encryption keys),
+//! and what users put secrets into: inline manifest contents (Kubernetes Secrets), the
+//! headers extra manifests are fetched with, the contents of `machine.files` and the values
+//! of `machine.env` (proxy URLs with credentials).
 
 use serde_yaml_ng::{Mapping, Value};
 
@@ -19,6 +22,12 @@ pub const REDACTED: &str = "******";
 fn redact(value: &mut Option<String>) {
     if value.as_deref().is_some_and(|v| !v.is_empty()) {
         *value = Some(REDACTED.to_string());
+    }
+}
+
+fn redact_string(value: &mut String) {
+    if !value.is_empty() {
+        *value = REDACTED.to_string();
     }
 }
 
@@ -116,6 +125,12 @@ impl Config {
                 if let Some(n) = &mut m.network {
                     n.interfaces.iter_mut().for_each(redact_device);
                 }
+                for f in &mut m.files {
+                    redact(&mut f.content);
+                }
+                for v in m.env.values_mut() {
+                    redact_string(v);
+                }
             }
             if let Some(c) = &mut v.cluster {
                 redact(&mut c.secret);
@@ -127,6 +142,12 @@ impl Config {
                 redact_key(&mut c.aggregator_ca);
                 if let Some(e) = &mut c.etcd {
                     redact_key(&mut e.ca);
+                }
+                for m in &mut c.inline_manifests {
+                    redact(&mut m.contents);
+                }
+                for v in c.extra_manifest_headers.values_mut() {
+                    redact_string(v);
                 }
             }
         }
