@@ -133,33 +133,16 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> anyhow::Result<()> {
     }
 }
 
-/// Writes `text` at `path` with mode 0600, atomically; refuses an existing file unless
-/// `force`.
+/// Writes `text` at `path` ([`crate::files::write_private`]); refuses an existing file
+/// unless `force`.
 fn write_private(path: &Path, text: &str, force: bool) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
     if !force && path.symlink_metadata().is_ok() {
         anyhow::bail!(
             "{} already exists, use --force to overwrite",
             path.display()
         );
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("cannot write {}", path.display()))
+    crate::files::write_private(path, text.as_bytes())
 }
 
 fn load_bundle(path: &Path) -> anyhow::Result<Bundle> {
@@ -263,6 +246,12 @@ fn machine_config(
 }
 
 fn config(args: &ConfigArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if args.with_docs || args.with_examples {
+        eprintln!(
+            "warning: --with-docs/--with-examples: talos-rs writes configurations without \
+             documentation comments or examples"
+        );
+    }
     let mut types = BTreeSet::new();
     for t in &args.output_types {
         let parsed = OutputType::parse(t.trim()).with_context(|| {

@@ -27,6 +27,7 @@ use clap::{Parser, Subcommand};
 pub mod apply;
 pub mod audit;
 pub mod cluster;
+pub mod files;
 pub mod gen;
 pub mod get;
 pub mod inspect;

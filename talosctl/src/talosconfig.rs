@@ -16,7 +16,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -97,29 +96,12 @@ impl TalosConfig {
 
     /// Writes it atomically with mode 0600, creating the directory.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt as _;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         let text = serde_yaml_ng::to_string(self)?;
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".tmp{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let result = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.with_context(|| format!("cannot write {}", path.display()))
+        crate::files::write_private(path, text.as_bytes())
     }
 
     /// Adds a context as `name`, or as `name-1`, `name-2`… when `name` is taken by another

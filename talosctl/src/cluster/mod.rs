@@ -579,7 +579,7 @@ fn build(
             std::fs::create_dir_all(node.dir.join(d))
                 .with_context(|| format!("cannot create {}", node.dir.join(d).display()))?;
         }
-        write_private(&node.dir.join("config.yaml"), p.config.as_bytes())?;
+        crate::files::write_private(&node.dir.join("config.yaml"), p.config.as_bytes())?;
         hook(&format!("node-netns:{n}"))?;
         claim_netns(&node.netns)?;
         cluster.record(Object::Netns {
@@ -764,20 +764,6 @@ pub fn tail(path: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// Writes a file with mode 0600.
-fn write_private(path: &Path, data: &[u8]) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    f.write_all(data)?;
-    Ok(())
 }
 
 /// Copies a directory tree: directories, files, symlinks, with modes and owners.
