@@ -4,6 +4,7 @@
 pub mod config;
 pub mod network;
 pub mod runtime;
+pub mod secrets;
 
 use cosi::ResourceDefinition;
 
@@ -37,5 +38,6 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     let mut defs = vec![config::MachineConfigSpec::definition()];
     defs.extend(runtime::definitions());
     defs.extend(network::definitions());
+    defs.extend(secrets::definitions());
     defs
 }

@@ -14,6 +14,9 @@ use rcgen::{
 };
 use ring::rand::SecureRandom as _;
 
+/// Key usages and extended key usages of a certificate (rcgen's).
+pub use rcgen::{ExtendedKeyUsagePurpose as ExtendedUsage, KeyUsagePurpose as Usage};
+
 use super::SecretsError;
 
 /// PEM label of an Ed25519 key (PKCS#8 inside), as upstream writes it.
@@ -359,6 +362,90 @@ pub fn issue(
     now: SystemTime,
     validity: Duration,
 ) -> Result<(Certificate, PrivateKey), SecretsError> {
+    issue_with(
+        ca,
+        subject,
+        (key_usages, extended, Vec::new()),
+        now,
+        validity,
+    )
+}
+
+/// A leaf certificate to issue: its subject, its subject alternative names and its uses.
+#[derive(Clone, Debug, Default)]
+pub struct LeafRequest {
+    /// Subject (O and CN).
+    pub subject: Subject,
+    /// DNS names (SANs).
+    pub dns_names: Vec<String>,
+    /// IP addresses (SANs).
+    pub ips: Vec<std::net::IpAddr>,
+    /// Key usages.
+    pub key_usages: Vec<KeyUsagePurpose>,
+    /// Extended key usages.
+    pub extended: Vec<ExtendedKeyUsagePurpose>,
+}
+
+impl LeafRequest {
+    /// Issues it: [`issue`] with the SANs.
+    pub fn issue(
+        &self,
+        ca: (&Certificate, &PrivateKey),
+        now: SystemTime,
+        validity: Duration,
+    ) -> Result<(Certificate, PrivateKey), SecretsError> {
+        let mut sans = Vec::with_capacity(self.dns_names.len() + self.ips.len());
+        for name in &self.dns_names {
+            let name = rcgen::string::Ia5String::try_from(name.as_str()).map_err(|_| {
+                SecretsError::Unsupported(format!("{name:?} is not a valid DNS name for a SAN"))
+            })?;
+            sans.push(rcgen::SanType::DnsName(name));
+        }
+        sans.extend(self.ips.iter().copied().map(rcgen::SanType::IpAddress));
+        issue_with(
+            ca,
+            &self.subject,
+            (self.key_usages.clone(), self.extended.clone(), sans),
+            now,
+            validity,
+        )
+    }
+
+    /// Whether `cert` says what this request asks: the same subject and the same SANs (in any
+    /// order). Key usages are not compared: they follow from the kind of certificate.
+    pub fn matches(&self, info: &CertificateInfo) -> bool {
+        let sorted = |v: &[String]| {
+            let mut v = v.to_vec();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let mut ips = self.ips.clone();
+        ips.sort();
+        ips.dedup();
+        let mut theirs = info.ips.clone();
+        theirs.sort();
+        theirs.dedup();
+        info.common_name == self.subject.common_name
+            && info.organizations == self.subject.organizations
+            && sorted(&info.dns_names) == sorted(&self.dns_names)
+            && theirs == ips
+    }
+}
+
+type Usages = (
+    Vec<KeyUsagePurpose>,
+    Vec<ExtendedKeyUsagePurpose>,
+    Vec<rcgen::SanType>,
+);
+
+fn issue_with(
+    ca: (&Certificate, &PrivateKey),
+    subject: &Subject,
+    (key_usages, extended, sans): Usages,
+    now: SystemTime,
+    validity: Duration,
+) -> Result<(Certificate, PrivateKey), SecretsError> {
     let algorithm = ca.1.algorithm();
     let key = if algorithm == KeyAlgorithm::Rsa {
         PrivateKey::generate_rsa(2048)?
@@ -368,6 +455,7 @@ pub fn issue(
     let mut p = params(subject, now, validity)?;
     p.key_usages = key_usages;
     p.extended_key_usages = extended;
+    p.subject_alt_names = sans;
     p.use_authority_key_identifier_extension = true;
     let ca_der = rustls_pki_types::CertificateDer::from(ca.0.der());
     let issuer = Issuer::from_ca_cert_der(&ca_der, ca.1.key_pair()?)
@@ -381,4 +469,101 @@ pub fn issue(
         },
         key,
     ))
+}
+
+/// What a certificate says, as far as renewing it goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertificateInfo {
+    /// Start of validity.
+    pub not_before: SystemTime,
+    /// End of validity.
+    pub not_after: SystemTime,
+    /// Subject CN.
+    pub common_name: Option<String>,
+    /// Subject O, in order.
+    pub organizations: Vec<String>,
+    /// DNS SANs.
+    pub dns_names: Vec<String>,
+    /// IP SANs.
+    pub ips: Vec<std::net::IpAddr>,
+    /// Whether it is a CA.
+    pub is_ca: bool,
+}
+
+impl CertificateInfo {
+    /// Its lifetime (zero for a certificate that ends before it starts).
+    pub fn lifetime(&self) -> Duration {
+        self.not_after
+            .duration_since(self.not_before)
+            .unwrap_or_default()
+    }
+
+    /// Half-way through its lifetime: when a leaf is renewed (upstream re-mints its 24 h
+    /// leaves every 12 h).
+    pub fn half_life(&self) -> SystemTime {
+        self.not_before + self.lifetime() / 2
+    }
+}
+
+fn unix_time(t: x509_parser::time::ASN1Time) -> SystemTime {
+    let secs = t.timestamp();
+    if secs >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs.unsigned_abs())
+    } else {
+        SystemTime::UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs())
+    }
+}
+
+impl Certificate {
+    /// Reads what the certificate says.
+    pub fn info(&self) -> Result<CertificateInfo, SecretsError> {
+        use x509_parser::extensions::GeneralName;
+        let (_, cert) = x509_parser::parse_x509_certificate(&self.der)
+            .map_err(|e| SecretsError::Certificate(e.to_string()))?;
+        let text = |a: &x509_parser::x509::AttributeTypeAndValue<'_>| {
+            a.as_str().map(str::to_string).unwrap_or_default()
+        };
+        let mut info = CertificateInfo {
+            not_before: unix_time(cert.validity().not_before),
+            not_after: unix_time(cert.validity().not_after),
+            common_name: cert.subject().iter_common_name().next().map(text),
+            organizations: cert.subject().iter_organization().map(text).collect(),
+            dns_names: Vec::new(),
+            ips: Vec::new(),
+            is_ca: cert.is_ca(),
+        };
+        if let Ok(Some(san)) = cert.subject_alternative_name() {
+            for name in &san.value.general_names {
+                match name {
+                    GeneralName::DNSName(d) => info.dns_names.push((*d).to_string()),
+                    GeneralName::IPAddress(b) => {
+                        if let Ok(v4) = <[u8; 4]>::try_from(*b) {
+                            info.ips.push(std::net::IpAddr::from(v4));
+                        } else if let Ok(v6) = <[u8; 16]>::try_from(*b) {
+                            info.ips.push(std::net::IpAddr::from(v6));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(info)
+    }
+
+    /// Whether `ca`'s key signed this certificate (the signature checks out; validity times
+    /// are not looked at).
+    pub fn is_signed_by(&self, ca: &Certificate) -> bool {
+        let (Ok((_, cert)), Ok((_, ca))) = (
+            x509_parser::parse_x509_certificate(&self.der),
+            x509_parser::parse_x509_certificate(&ca.der),
+        ) else {
+            return false;
+        };
+        cert.issuer() == ca.subject() && cert.verify_signature(Some(ca.public_key())).is_ok()
+    }
+
+    /// Whether `key` is the private key of this certificate.
+    pub fn matches_key(&self, key: &PrivateKey) -> bool {
+        matches!((self.public_key_der(), key.public_key_der()), (Ok(a), Ok(b)) if a == b)
+    }
 }

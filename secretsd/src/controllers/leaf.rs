@@ -1,0 +1,512 @@
+//! The leaf controllers: certificates signed by a root CA, as upstream's
+//! `secrets.{API,Trustd,Etcd}Controller`. They share one shape ([`LeafController`] over a
+//! [`LeafPart`]): the part says which CA signs which certificates; the engine keeps each
+//! certificate it already has while it is still good and reissues the others.
+//!
+//! # When a certificate is reissued
+//!
+//! A certificate in stated is kept while all of these hold, and reissued otherwise:
+//! - its key is the one beside it, and the current CA's key signed it (a rotated CA reissues);
+//! - its subject and SANs are what the inputs ask now (a new address or hostname reissues);
+//! - its lifetime is the configured one;
+//! - now lies between its start (a minute of clock slack) and half its lifetime.
+//!
+//! Upstream mints every leaf again whenever machined starts; secretsd re-adopts what it has, so
+//! a restart of secretsd (or of stated) reissues nothing, and apid's clients keep their
+//! connections. The controller wakes itself at the earliest half-life of what it keeps.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime};
+
+use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
+use cosi::{Resource, ResourceSpec};
+use machinery::resources::network::{
+    filtered_node_address_id, HostnameStatusSpec, NodeAddressSpec, StatusSpec, FILTER_NO_K8S,
+    HOSTNAME_ID, NAMESPACE as NETWORK_NS, NODE_ADDRESS_ACCUMULATIVE_ID, STATUS_ID,
+};
+use machinery::resources::secrets::{
+    ApiCertsSpec, CertSanSpec, CertificateAndKey, CertificatePem, EtcdCertsSpec, EtcdRootSpec,
+    OsRootSpec, TrustdCertsSpec, API_ID, CERT_SAN_API_ID, ETCD_ID, ETCD_ROOT_ID, NAMESPACE,
+    OS_ROOT_ID, TRUSTD_ID,
+};
+use machinery::secrets::x509::{
+    Certificate, ExtendedUsage, LeafRequest, PrivateKey, Subject, Usage,
+};
+
+use super::Options;
+
+/// Validity of etcd's certificates: 10 years, as upstream's (re-minted only when the node's
+/// names change).
+pub const ETCD_VALIDITY: Duration = Duration::from_secs(87_600 * 3600);
+
+/// Clock slack allowed before a certificate's start.
+const START_SLACK: Duration = Duration::from_secs(60);
+
+/// A certificate a part wants: what it says, and for how long.
+#[derive(Clone, Debug)]
+pub struct Want {
+    /// Subject, SANs and uses.
+    pub request: LeafRequest,
+    /// Lifetime.
+    pub validity: Duration,
+}
+
+/// What a part wants now: the CA that signs and the certificates, in the order
+/// [`LeafPart::current`] and [`LeafPart::build`] use.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The signing CA, PEM, with its key.
+    pub ca: CertificateAndKey,
+    /// The certificates.
+    pub wants: Vec<Want>,
+}
+
+/// One kind of leaf resource.
+pub trait LeafPart: Send + Sync + 'static {
+    /// The spec written.
+    type Spec: ResourceSpec;
+    /// What the plan carries to the resource besides the certificates (accepted CAs).
+    type Extra: Send;
+    /// The controller name (upstream's).
+    const NAME: &'static str;
+    /// The resource ID.
+    const ID: &'static str;
+
+    /// Inputs (what [`plan`](Self::plan) reads).
+    fn inputs() -> Vec<Input>;
+
+    /// The certificates wanted now; `None` when the node has none of this kind (the resource is
+    /// then torn down).
+    fn plan<'a>(
+        ctx: &'a Context,
+        options: &'a Options,
+    ) -> impl Future<Output = Result<Option<(Plan, Self::Extra)>, ReconcileError>> + Send + 'a;
+
+    /// The certificates the stored resource has, in [`Plan::wants`] order.
+    fn current(spec: &Self::Spec) -> Vec<Option<&CertificateAndKey>>;
+
+    /// The resource of these certificates (in [`Plan::wants`] order).
+    fn build(extra: Self::Extra, certs: Vec<CertificateAndKey>) -> Self::Spec;
+}
+
+/// A leaf controller of `P`.
+#[derive(Debug)]
+pub struct LeafController<P> {
+    options: Options,
+    part: PhantomData<fn() -> P>,
+}
+
+impl<P: LeafPart> LeafController<P> {
+    /// A controller with these options.
+    pub fn new(options: &Options) -> Self {
+        Self {
+            options: options.clone(),
+            part: PhantomData,
+        }
+    }
+
+    async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let Some((plan, extra)) = P::plan(ctx, &self.options).await? else {
+            return Ok(Action::AwaitChange);
+        };
+        let ca_cert = Certificate::from_pem(plan.ca.crt.as_bytes())
+            .map_err(|e| failed("cannot read the signing CA's certificate", e))?;
+        let ca_key = PrivateKey::from_pem(plan.ca.key.as_bytes())
+            .map_err(|e| failed("cannot read the signing CA's key", e))?;
+        let existing = ctx.get::<P::Spec>(NAMESPACE, P::ID).await?;
+        let current = existing
+            .as_ref()
+            .map(|r| P::current(&r.spec))
+            .unwrap_or_default();
+        let now = SystemTime::now();
+        let mut next: Option<SystemTime> = None;
+        let mut certs = Vec::with_capacity(plan.wants.len());
+        let mut issued = Vec::new();
+        for (i, want) in plan.wants.iter().enumerate() {
+            let kept =
+                current.get(i).copied().flatten().and_then(|c| {
+                    good_until(c, &ca_cert, want, now).map(|until| (c.clone(), until))
+                });
+            let (cert, until) = match kept {
+                Some(kept) => kept,
+                None => {
+                    let (crt, key) = want
+                        .request
+                        .issue((&ca_cert, &ca_key), now, want.validity)
+                        .map_err(|e| failed("cannot issue a certificate", e))?;
+                    let pem = CertificateAndKey {
+                        crt: crt.to_pem(),
+                        key: key.to_pem().map_err(|e| failed("cannot encode a key", e))?,
+                    };
+                    issued.push(want.request.subject.common_name.clone().unwrap_or_default());
+                    (pem, now + want.validity / 2)
+                }
+            };
+            next = Some(next.map_or(until, |n| n.min(until)));
+            certs.push(cert);
+        }
+        if !issued.is_empty() {
+            tracing::info!(
+                controller = P::NAME,
+                id = P::ID,
+                certificates = ?issued,
+                renew_in_s = next.and_then(|n| n.duration_since(now).ok()).map(|d| d.as_secs()),
+                "issued certificates"
+            );
+        }
+        ctx.apply(Resource::<P::Spec>::new_default(
+            P::ID,
+            P::build(extra, certs),
+        ))
+        .await?;
+        let wait = next
+            .and_then(|n| n.duration_since(SystemTime::now()).ok())
+            .unwrap_or_default()
+            .max(Duration::from_secs(1));
+        Ok(Action::RequeueAfter(wait))
+    }
+}
+
+fn failed(context: &str, e: machinery::secrets::SecretsError) -> ReconcileError {
+    ReconcileError::Failed {
+        context: context.to_string(),
+        source: Box::new(e),
+    }
+}
+
+/// When `stored` must be renewed, if it may be kept at all (see the module's rules).
+pub fn good_until(
+    stored: &CertificateAndKey,
+    ca: &Certificate,
+    want: &Want,
+    now: SystemTime,
+) -> Option<SystemTime> {
+    let cert = Certificate::from_pem(stored.crt.as_bytes()).ok()?;
+    let key = PrivateKey::from_pem(stored.key.as_bytes()).ok()?;
+    let info = cert.info().ok()?;
+    let lifetime = info.lifetime();
+    let same_lifetime = lifetime.abs_diff(want.validity) <= Duration::from_secs(2);
+    let ok = cert.matches_key(&key)
+        && cert.is_signed_by(ca)
+        && want.request.matches(&info)
+        && same_lifetime
+        && now + START_SLACK >= info.not_before
+        && now < info.half_life();
+    ok.then(|| info.half_life())
+}
+
+impl<P: LeafPart> Controller for LeafController<P> {
+    fn name(&self) -> &'static str {
+        P::NAME
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        P::inputs()
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive::<P::Spec>()]
+    }
+
+    fn reconcile<'a>(
+        &'a mut self,
+        ctx: &'a mut Context,
+    ) -> impl Future<Output = Result<Action, ReconcileError>> + Send + 'a {
+        self.run(ctx)
+    }
+}
+
+/// Whether the network says its addresses and hostname are ready (upstream waits for both
+/// before it mints anything with the node's names).
+async fn network_ready(ctx: &Context) -> Result<bool, ReconcileError> {
+    Ok(ctx
+        .get::<StatusSpec>(NETWORK_NS, STATUS_ID)
+        .await?
+        .is_some_and(|s| s.spec.address_ready && s.spec.hostname_ready))
+}
+
+fn network_inputs() -> Vec<Input> {
+    vec![Input::weak::<StatusSpec>(NETWORK_NS).with_id(STATUS_ID)]
+}
+
+/// The OS root with its issuing CA and the API SANs, once the network is ready: what the API
+/// and trustd certificates are made of. `None` on a node that cannot issue (a worker).
+async fn os_issuing(
+    ctx: &Context,
+) -> Result<Option<(OsRootSpec, CertificateAndKey, CertSanSpec)>, ReconcileError> {
+    if !network_ready(ctx).await? {
+        return Ok(None);
+    }
+    let Some(root) = ctx.get::<OsRootSpec>(NAMESPACE, OS_ROOT_ID).await? else {
+        return Ok(None);
+    };
+    let Some(ca) = root.spec.issuing_ca.clone() else {
+        return Ok(None);
+    };
+    let Some(sans) = ctx.get::<CertSanSpec>(NAMESPACE, CERT_SAN_API_ID).await? else {
+        return Ok(None);
+    };
+    Ok(Some((root.spec, ca, sans.spec)))
+}
+
+fn os_inputs() -> Vec<Input> {
+    let mut inputs = network_inputs();
+    inputs.push(Input::weak::<OsRootSpec>(NAMESPACE).with_id(OS_ROOT_ID));
+    inputs.push(Input::weak::<CertSanSpec>(NAMESPACE).with_id(CERT_SAN_API_ID));
+    inputs
+}
+
+fn server_request(sans: &CertSanSpec, key_usages: Vec<Usage>) -> LeafRequest {
+    LeafRequest {
+        subject: Subject {
+            organizations: Vec::new(),
+            common_name: Some(sans.fqdn.clone()),
+        },
+        dns_names: sans.dns_names.clone(),
+        ips: sans.ips.clone(),
+        key_usages,
+        extended: vec![ExtendedUsage::ServerAuth],
+    }
+}
+
+/// `ApiCertificates/api` on a control plane: apid's serving certificate (CN = FQDN, the API
+/// SANs) and its client certificate for other nodes' apid (O = `os:impersonator`).
+#[derive(Debug)]
+pub struct Api;
+
+/// `secrets.APIController`.
+pub type ApiController = LeafController<Api>;
+
+impl LeafPart for Api {
+    type Spec = ApiCertsSpec;
+    type Extra = Vec<CertificatePem>;
+    const NAME: &'static str = "secrets.APIController";
+    const ID: &'static str = API_ID;
+
+    fn inputs() -> Vec<Input> {
+        os_inputs()
+    }
+
+    async fn plan(
+        ctx: &Context,
+        options: &Options,
+    ) -> Result<Option<(Plan, Self::Extra)>, ReconcileError> {
+        let Some((root, ca, sans)) = os_issuing(ctx).await? else {
+            return Ok(None);
+        };
+        let server = server_request(&sans, vec![Usage::DigitalSignature]);
+        let client = LeafRequest {
+            subject: Subject {
+                organizations: vec!["os:impersonator".to_string()],
+                common_name: Some(sans.fqdn.clone()),
+            },
+            key_usages: vec![Usage::DigitalSignature],
+            extended: vec![ExtendedUsage::ClientAuth],
+            ..LeafRequest::default()
+        };
+        let validity = options.leaf_validity;
+        Ok(Some((
+            Plan {
+                ca,
+                wants: vec![
+                    Want {
+                        request: server,
+                        validity,
+                    },
+                    Want {
+                        request: client,
+                        validity,
+                    },
+                ],
+            },
+            root.accepted_cas,
+        )))
+    }
+
+    fn current(spec: &ApiCertsSpec) -> Vec<Option<&CertificateAndKey>> {
+        vec![spec.server.as_ref(), spec.client.as_ref()]
+    }
+
+    fn build(accepted: Self::Extra, certs: Vec<CertificateAndKey>) -> ApiCertsSpec {
+        let mut certs = certs.into_iter();
+        ApiCertsSpec {
+            accepted_cas: accepted,
+            server: certs.next(),
+            client: certs.next(),
+        }
+    }
+}
+
+/// `TrustdCertificates/trustd` on a control plane: trustd's serving certificate.
+#[derive(Debug)]
+pub struct Trustd;
+
+/// `secrets.TrustdController`.
+pub type TrustdController = LeafController<Trustd>;
+
+impl LeafPart for Trustd {
+    type Spec = TrustdCertsSpec;
+    type Extra = Vec<CertificatePem>;
+    const NAME: &'static str = "secrets.TrustdController";
+    const ID: &'static str = TRUSTD_ID;
+
+    fn inputs() -> Vec<Input> {
+        os_inputs()
+    }
+
+    async fn plan(
+        ctx: &Context,
+        options: &Options,
+    ) -> Result<Option<(Plan, Self::Extra)>, ReconcileError> {
+        let Some((root, ca, sans)) = os_issuing(ctx).await? else {
+            return Ok(None);
+        };
+        let server = server_request(&sans, vec![Usage::DigitalSignature, Usage::KeyEncipherment]);
+        Ok(Some((
+            Plan {
+                ca,
+                wants: vec![Want {
+                    request: server,
+                    validity: options.leaf_validity,
+                }],
+            },
+            root.accepted_cas,
+        )))
+    }
+
+    fn current(spec: &TrustdCertsSpec) -> Vec<Option<&CertificateAndKey>> {
+        vec![spec.server.as_ref()]
+    }
+
+    fn build(accepted: Self::Extra, certs: Vec<CertificateAndKey>) -> TrustdCertsSpec {
+        TrustdCertsSpec {
+            accepted_cas: accepted,
+            server: certs.into_iter().next(),
+        }
+    }
+}
+
+/// `EtcdSecrets/etcd` on a control plane: etcd's server and peer certificates (CN = hostname,
+/// the node's names and addresses; the server's also `localhost`, 127.0.0.1 and ::1), the admin
+/// client (`talos`) and kube-apiserver's client, all from etcd's CA.
+#[derive(Debug)]
+pub struct Etcd;
+
+/// `secrets.EtcdController`.
+pub type EtcdController = LeafController<Etcd>;
+
+fn etcd_addresses_id() -> String {
+    filtered_node_address_id(NODE_ADDRESS_ACCUMULATIVE_ID, FILTER_NO_K8S)
+}
+
+/// The four etcd certificates for this hostname and these addresses.
+pub fn etcd_wants(hostname: &HostnameStatusSpec, addresses: &NodeAddressSpec) -> Vec<Want> {
+    let names = hostname.dns_names();
+    let ips: Vec<IpAddr> = addresses.addresses.iter().map(ipnet::IpNet::addr).collect();
+    let both = vec![ExtendedUsage::ServerAuth, ExtendedUsage::ClientAuth];
+    let usages = vec![Usage::DigitalSignature, Usage::KeyEncipherment];
+    let cn = |name: &str| Subject {
+        organizations: Vec::new(),
+        common_name: Some(name.to_string()),
+    };
+    let mut server_names = names.clone();
+    server_names.push("localhost".to_string());
+    let mut server_ips = ips.clone();
+    server_ips.extend([
+        IpAddr::from([127, 0, 0, 1]),
+        IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    ]);
+    let leaf = |request: LeafRequest| Want {
+        request,
+        validity: ETCD_VALIDITY,
+    };
+    let client = |name: &str| LeafRequest {
+        subject: cn(name),
+        key_usages: usages.clone(),
+        extended: vec![ExtendedUsage::ClientAuth],
+        ..LeafRequest::default()
+    };
+    vec![
+        leaf(LeafRequest {
+            subject: cn(&hostname.hostname),
+            dns_names: server_names,
+            ips: server_ips,
+            key_usages: usages.clone(),
+            extended: both.clone(),
+        }),
+        leaf(LeafRequest {
+            subject: cn(&hostname.hostname),
+            dns_names: names,
+            ips,
+            key_usages: usages.clone(),
+            extended: both,
+        }),
+        leaf(client("talos")),
+        leaf(client("kube-apiserver")),
+    ]
+}
+
+impl LeafPart for Etcd {
+    type Spec = EtcdCertsSpec;
+    type Extra = ();
+    const NAME: &'static str = "secrets.EtcdController";
+    const ID: &'static str = ETCD_ID;
+
+    fn inputs() -> Vec<Input> {
+        let mut inputs = network_inputs();
+        inputs.push(Input::weak::<EtcdRootSpec>(NAMESPACE).with_id(ETCD_ROOT_ID));
+        inputs.push(Input::weak::<HostnameStatusSpec>(NETWORK_NS).with_id(HOSTNAME_ID));
+        inputs.push(Input::weak::<NodeAddressSpec>(NETWORK_NS).with_id(etcd_addresses_id()));
+        inputs
+    }
+
+    async fn plan(ctx: &Context, _options: &Options) -> Result<Option<(Plan, ())>, ReconcileError> {
+        if !network_ready(ctx).await? {
+            return Ok(None);
+        }
+        let Some(root) = ctx.get::<EtcdRootSpec>(NAMESPACE, ETCD_ROOT_ID).await? else {
+            return Ok(None);
+        };
+        let Some(hostname) = ctx
+            .get::<HostnameStatusSpec>(NETWORK_NS, HOSTNAME_ID)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some(addresses) = ctx
+            .get::<NodeAddressSpec>(NETWORK_NS, &etcd_addresses_id())
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some((
+            Plan {
+                ca: root.spec.etcd_ca,
+                wants: etcd_wants(&hostname.spec, &addresses.spec),
+            },
+            (),
+        )))
+    }
+
+    fn current(spec: &EtcdCertsSpec) -> Vec<Option<&CertificateAndKey>> {
+        vec![
+            Some(&spec.etcd),
+            Some(&spec.etcd_peer),
+            Some(&spec.etcd_admin),
+            Some(&spec.etcd_api_server),
+        ]
+    }
+
+    fn build((): (), certs: Vec<CertificateAndKey>) -> EtcdCertsSpec {
+        let mut certs = certs.into_iter();
+        let mut next = || certs.next().unwrap_or_default();
+        EtcdCertsSpec {
+            etcd: next(),
+            etcd_peer: next(),
+            etcd_admin: next(),
+            etcd_api_server: next(),
+        }
+    }
+}
