@@ -147,12 +147,13 @@ pub struct NodeBuilder {
     daemons: Vec<TestDaemon>,
     config: Option<String>,
     networkd: bool,
+    secretsd: bool,
     edits: Vec<(String, String)>,
     own_uts: bool,
 }
 
 /// The binaries a node needs, in the target directory.
-pub const BINARIES: &[&str] = &["init", "stated", "networkd", "init-testd"];
+pub const BINARIES: &[&str] = &["init", "stated", "networkd", "secretsd", "init-testd"];
 
 impl NodeBuilder {
     /// Runs init in `mode`.
@@ -198,6 +199,13 @@ impl NodeBuilder {
         self
     }
 
+    /// Leaves secretsd out of the manifest.
+    #[must_use]
+    pub fn without_secretsd(mut self) -> Self {
+        self.secretsd = false;
+        self
+    }
+
     /// The manifest this node runs.
     pub fn manifest(&self) -> String {
         let mut text = crate::DEFAULT_MANIFEST.to_string();
@@ -205,9 +213,10 @@ impl NodeBuilder {
             text = text.replace(from, to);
         }
         if !self.networkd {
-            if let Some(i) = text.find("  - name: networkd") {
-                text.truncate(i);
-            }
+            text = without_daemon(&text, "networkd");
+        }
+        if !self.secretsd {
+            text = without_daemon(&text, "secretsd");
         }
         let namespaces: String = self
             .daemons
@@ -247,7 +256,7 @@ impl NodeBuilder {
             let from = target.join(b);
             assert!(
                 from.exists(),
-                "{} is not built: run `cargo build -p init -p stated -p networkd` first",
+                "{} is not built: run `cargo build -p init -p stated -p networkd -p secretsd` first",
                 from.display()
             );
             std::fs::copy(&from, bin.join(b)).expect("copy binary");
@@ -304,6 +313,20 @@ impl NodeBuilder {
     }
 }
 
+/// The manifest `text` without the entry of daemon `name` (from its `  - name:` line to the
+/// next entry or the end).
+fn without_daemon(text: &str, name: &str) -> String {
+    let marker = format!("  - name: {name}\n");
+    let Some(start) = text.find(&marker) else {
+        return text.to_string();
+    };
+    let rest = &text[start + marker.len()..];
+    let end = rest
+        .find("\n  - name: ")
+        .map_or(text.len(), |i| start + marker.len() + i + 1);
+    format!("{}{}", &text[..start], &text[end..])
+}
+
 /// A running test node.
 pub struct Node {
     dir: tempfile::TempDir,
@@ -332,6 +355,7 @@ impl Node {
             daemons: vec![],
             config: None,
             networkd: true,
+            secretsd: true,
             edits: vec![],
             own_uts: false,
         }

@@ -116,6 +116,16 @@ NETWORKD = STARTUP + RUNTIME + [
     call("unlink", "a temp file left by a failed rename"),
 ]
 
+# secretsd: a stated client and nothing else (its certificates are made in memory; ring's
+# randomness is getrandom, in STARTUP).
+SECRETSD = STARTUP + RUNTIME + [
+    call("socket", "stated's socket", [arg_eq(0, AF_UNIX, "AF_UNIX")]),
+    call("connect", "stated's socket; landlock forbids every TCP port"),
+    call("getsockopt", "SO_ERROR after a non-blocking connect"),
+    call("sendto"), call("recvfrom"),
+    call("shutdown", "closing the connection to stated"), call("getpeername"), call("getsockname"),
+]
+
 # A program that only sleeps: coreutils sleep, the requested-service test workload.
 SERVICE = STARTUP + [
     call("clock_nanosleep"), call("nanosleep"), call("restart_syscall"),
@@ -131,7 +141,7 @@ TESTD = STARTUP + RUNTIME + [
 ]
 
 here = os.path.dirname(os.path.abspath(__file__))
-for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("service", SERVICE), ("testd", TESTD)]:
+for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("service", SERVICE), ("testd", TESTD)]:
     path = os.path.join(here, "x86_64", f"{name}.json")
     with open(path, "w") as f:
         json.dump(profile(name, calls), f, indent=1)

@@ -202,7 +202,7 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
         .await
         .map(|l| l.len())
         .unwrap_or(0)
-        < 2
+        < 3
     {
         assert!(std::time::Instant::now() < deadline, "no DaemonSecurity");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -222,6 +222,11 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
     ] {
         assert!(networkd.contains(field), "{field} in {networkd}");
     }
+    let secretsd = table.lines().find(|l| l.starts_with("secretsd")).unwrap();
+    assert!(
+        secretsd.contains("none") && secretsd.contains("1990000012"),
+        "{secretsd}"
+    );
     let stated = table.lines().find(|l| l.starts_with("stated")).unwrap();
     assert!(
         stated.contains("none") && stated.contains("1990000010"),
@@ -233,8 +238,8 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let daemons = v.as_array().unwrap();
     // The exposure targets (on systemd-analyze's model, 0-100 shown as N/10): stated 1.0,
-    // networkd 2.0 at most.
-    for (daemon, max) in [("stated", 10), ("networkd", 20)] {
+    // networkd 2.0, secretsd 1.0 at most.
+    for (daemon, max) in [("stated", 10), ("networkd", 20), ("secretsd", 10)] {
         let d = daemons.iter().find(|d| d["daemon"] == daemon).unwrap();
         let exposure = d["exposure"].as_u64().unwrap();
         assert!(
@@ -242,7 +247,7 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
             "{daemon}: exposure {exposure} > {max}: {d:#}"
         );
     }
-    assert_eq!(daemons.len(), 2);
+    assert_eq!(daemons.len(), 3);
     let max = daemons
         .iter()
         .map(|d| d["exposure"].as_u64().unwrap())
@@ -472,6 +477,35 @@ async fn networkd_can_read_no_secret_of_the_machine_config() {
         stdout(&refused)
     );
     assert!(err.to_lowercase().contains("permission"), "{err}");
+    // secretsd's outputs hold the OS CA's key (the same base64 PEM as the config's): the
+    // `secrets` namespace is secretsd's alone, and refused to networkd.
+    let deadline = std::time::Instant::now() + T;
+    let root = loop {
+        match client
+            .get("secrets", "OSRootSecrets.secrets.talos.dev", "os")
+            .await
+        {
+            Ok(r) => break r,
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no OSRootSecrets from secretsd: {e}\n{}", node.log_text()),
+        }
+    };
+    let root: cosi::Resource<machinery::resources::secrets::OsRootSpec> =
+        cosi::Resource::from_raw(&root).unwrap();
+    assert!(root.spec.issuing_ca.is_some_and(|ca| !ca.key.is_empty()));
+    for kind in [
+        "osrootsecrets",
+        "etcdrootsecrets",
+        "apicertificates",
+        "certsans",
+    ] {
+        let refused = as_networkd(&["get", kind, "--namespace", "secrets", "-o", "yaml"]);
+        let err = String::from_utf8_lossy(&refused.stderr).into_owned();
+        assert!(!refused.status.success(), "networkd read secrets/{kind}");
+        assert!(err.to_lowercase().contains("permission"), "{kind}: {err}");
+    }
     let mine = as_networkd(&[
         "get",
         "machineconfig",

@@ -1,0 +1,138 @@
+//! secretsd on a real node: a control plane's config (upstream's own secrets bundle) and a
+//! link with an address in the node's network namespace give apid's certificates, signed by
+//! the OS CA and naming the node's address (outside the default pod and service subnets,
+//! which the API SANs leave out); a kill -9 of secretsd restarts it and reissues nothing (the
+//! resources keep their versions). Needs root.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use cosi::Resource;
+use init::testing::Node;
+use machinery::config::generate::{generate, Input};
+use machinery::config::MachineType;
+use machinery::resources::secrets::{ApiCertsSpec, EtcdCertsSpec, API_ID, ETCD_ID, NAMESPACE};
+use machinery::secrets::x509::Certificate;
+use machinery::secrets::Bundle;
+
+const T: Duration = Duration::from_secs(60);
+const UPSTREAM: &str = include_str!("../../machinery/tests/data/upstream-secrets.yaml");
+
+/// A control plane's config whose `tsd1` gets 172.20.98.2/24, with 127.0.0.1 in the certSANs
+/// (as `cluster create` sets it).
+fn control_plane(bundle: &Bundle) -> String {
+    let config = generate(
+        &Input::new("demo", "https://172.20.98.2:6443", bundle),
+        MachineType::ControlPlane,
+    )
+    .unwrap();
+    let mut doc: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&config.to_yaml().unwrap()).unwrap();
+    let machine = doc.get_mut("machine").unwrap();
+    machine["network"] =
+        serde_yaml_ng::from_str("interfaces: [{interface: tsd1, addresses: [172.20.98.2/24]}]")
+            .unwrap();
+    machine["certSANs"] = serde_yaml_ng::from_str("[127.0.0.1]").unwrap();
+    serde_yaml_ng::to_string(&doc).unwrap()
+}
+
+async fn wait_for<S: cosi::ResourceSpec>(
+    node: &Node,
+    id: &str,
+    pred: impl Fn(&S) -> bool,
+) -> Resource<S> {
+    let client = node.state();
+    let end = Instant::now() + T;
+    loop {
+        if let Ok(r) = client.get_typed::<S>(NAMESPACE, id).await {
+            if pred(&r.spec) {
+                return r;
+            }
+        }
+        assert!(
+            Instant::now() < end,
+            "no {}/{id}\n{}",
+            S::TYPE,
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn secretsd_mints_a_control_planes_certificates_and_a_kill_9_reissues_nothing() {
+    if !testkit::require_root("a node switches uids and makes namespaces") {
+        return;
+    }
+    let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
+    let node = Node::builder().config(&control_plane(&bundle)).start();
+    node.wait_healthy(&["stated", "networkd", "secretsd"], T)
+        .await;
+    // A link of the node's own (both ends in its network namespace).
+    node.in_netns(&[
+        "ip", "link", "add", "tsd0", "type", "veth", "peer", "name", "tsd1",
+    ]);
+    node.in_netns(&["ip", "link", "set", "tsd0", "up"]);
+
+    // Issued once the network is ready, and again when the new link's address appears.
+    let names = |s: &ApiCertsSpec, ip: &str| {
+        s.server.as_ref().is_some_and(|c| {
+            Certificate::from_pem(c.crt.as_bytes())
+                .and_then(|c| c.info())
+                .is_ok_and(|i| i.ips.contains(&ip.parse::<IpAddr>().unwrap()))
+        })
+    };
+    let api = wait_for::<ApiCertsSpec>(&node, API_ID, |s| names(s, "172.20.98.2")).await;
+    let server = Certificate::from_pem(api.spec.server.as_ref().unwrap().crt.as_bytes()).unwrap();
+    let (os_ca, _) = bundle.os_ca().unwrap();
+    assert!(server.is_signed_by(&os_ca));
+    let info = server.info().unwrap();
+    for ip in ["172.20.98.2", "127.0.0.1"] {
+        assert!(
+            info.ips.contains(&ip.parse::<IpAddr>().unwrap()),
+            "{ip} in {:?}",
+            info.ips
+        );
+    }
+    let etcd = wait_for::<EtcdCertsSpec>(&node, ETCD_ID, |s| {
+        Certificate::from_pem(s.etcd_peer.crt.as_bytes())
+            .and_then(|c| c.info())
+            .is_ok_and(|i| i.ips.contains(&"172.20.98.2".parse::<IpAddr>().unwrap()))
+    })
+    .await;
+
+    let old = node.service("secretsd").await.unwrap();
+    let host = node.host_pid(old.pid).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(host),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    node.wait_until("secretsd restarted", T, |l| {
+        l.iter().any(|s| {
+            s.id == "secretsd" && s.healthy && s.pid != old.pid && s.restarts == old.restarts + 1
+        })
+    })
+    .await;
+    // Time for the restarted controllers to run (and, wrongly, reissue).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let client = node.state();
+    let after = client
+        .get_typed::<ApiCertsSpec>(NAMESPACE, API_ID)
+        .await
+        .unwrap();
+    assert_eq!(
+        after.metadata.version, api.metadata.version,
+        "apid's certificates reissued"
+    );
+    assert_eq!(after.spec, api.spec);
+    let after = client
+        .get_typed::<EtcdCertsSpec>(NAMESPACE, ETCD_ID)
+        .await
+        .unwrap();
+    assert_eq!(
+        after.metadata.version, etcd.metadata.version,
+        "etcd's certificates reissued"
+    );
+}
