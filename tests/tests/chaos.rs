@@ -2,7 +2,7 @@
 //! machine configs are patched, and which must converge once the chaos stops.
 //!
 //! For a bounded time (`TALOS_CHAOS_SECONDS`, 60 s by default) one thread kill -9s a random
-//! daemon (stated or networkd; now and then both) of a random node, from the host, while one
+//! daemon (stated, networkd or secretsd; now and then all three) of a random node, from the host, while one
 //! thread per node patches that node's machine config with `talosctl patch machineconfig`
 //! (static addresses on `lo`, static routes on `eth0`, extraHostEntries: added and removed;
 //! nameservers and the hostname: changed) and records every attempt, acknowledged (exit 0)
@@ -45,13 +45,17 @@ use machinery::resources::network::{
 use machinery::resources::runtime::{
     MachineStatusSpec, ServiceStatusSpec, MACHINE_STATUS_ID, NAMESPACE as RUNTIME,
 };
+use machinery::resources::secrets::{
+    ApiCertsSpec, OsRootSpec, API_ID, NAMESPACE as SECRETS, OS_ROOT_ID,
+};
+use machinery::secrets::x509::Certificate;
 use node_tests::{
     alive, pid_namespace_members, processes_mentioning, require_root, text, Cluster, HostSnapshot,
     NodeInfo,
 };
 
 /// The daemons the chaos kills.
-const DAEMONS: [&str; 2] = ["stated", "networkd"];
+const DAEMONS: [&str; 3] = ["stated", "networkd", "secretsd"];
 /// How long the chaos lasts unless `TALOS_CHAOS_SECONDS` says otherwise.
 const DEFAULT_CHAOS: Duration = Duration::from_secs(60);
 /// How long the cluster has to converge once the chaos stopped.
@@ -697,6 +701,19 @@ fn problems(
         routes.len()
     );
     let i = rec.index;
+    // secretsd: on a node that holds the OS CA's key, apid's certificate is signed by it and
+    // names the node as it is now (its hostname, its DHCP address).
+    match rt.block_on(state.get_typed::<OsRootSpec>(SECRETS, OS_ROOT_ID)) {
+        Ok(root) => {
+            if let Some(ca) = &root.spec.issuing_ca {
+                match rt.block_on(state.get_typed::<ApiCertsSpec>(SECRETS, API_ID)) {
+                    Ok(api) => p.extend(api_cert_problems(&api.spec, &ca.crt, node, &model)),
+                    Err(e) => p.push(format!("get ApiCertificates: {e}")),
+                }
+            }
+        }
+        Err(e) => p.push(format!("get OSRootSecrets: {e}")),
+    }
     let dhcp = format!("eth0/{}/{}", node.ip, node.prefix);
     if !addrs.contains(&dhcp) {
         p.push(format!("the DHCP address {dhcp} is not in the kernel"));
@@ -804,6 +821,49 @@ fn problems(
     (p, summary)
 }
 
+/// What is wrong with apid's certificate: not signed by the OS CA `ca`, or not naming the
+/// node's hostname (CN) and DHCP address.
+fn api_cert_problems(
+    api: &ApiCertsSpec,
+    ca: &str,
+    node: &NodeInfo,
+    model: &NetModel,
+) -> Vec<String> {
+    let Some(server) = &api.server else {
+        return vec!["ApiCertificates has no server certificate".into()];
+    };
+    let (Ok(cert), Ok(ca)) = (
+        Certificate::from_pem(server.crt.as_bytes()),
+        Certificate::from_pem(ca.as_bytes()),
+    ) else {
+        return vec!["ApiCertificates or the OS CA does not parse".into()];
+    };
+    let mut p = Vec::new();
+    if !cert.is_signed_by(&ca) {
+        p.push("apid's certificate is not signed by the OS CA".into());
+    }
+    match cert.info() {
+        Ok(info) => {
+            let hostname = model.hostname(&node.name);
+            let cn = info.common_name.clone().unwrap_or_default();
+            if cn != hostname && !cn.starts_with(&format!("{hostname}.")) {
+                p.push(format!(
+                    "apid's certificate is for {:?}, the node is {hostname:?}",
+                    info.common_name
+                ));
+            }
+            if !info.ips.iter().any(|ip| ip.to_string() == node.ip) {
+                p.push(format!(
+                    "apid's certificate does not name {}: {:?}",
+                    node.ip, info.ips
+                ));
+            }
+        }
+        Err(e) => p.push(format!("apid's certificate: {e}")),
+    }
+    p
+}
+
 /// What a failed run prints about a node: its services and its daemons' last log lines.
 fn diagnostics(cluster: &Cluster, node: &NodeInfo) -> String {
     let mut s = String::new();
@@ -862,7 +922,7 @@ fn kill_9_of_random_daemons_while_configs_are_patched_and_the_cluster_converges(
             while Instant::now() < end {
                 std::thread::sleep(rng.millis(300, 1500));
                 let node = rng.below(nodes.len() as u64) as usize;
-                // One daemon, or (one turn in five) both at once.
+                // One daemon, or (one turn in five) all at once.
                 let victims = match rng.below(10) {
                     0 | 1 => &DAEMONS[..],
                     n => std::slice::from_ref(&DAEMONS[n as usize % DAEMONS.len()]),

@@ -42,6 +42,11 @@ pub fn node_config(
             }],
             ..NetworkConfig::default()
         });
+        // apid will be published on the host's 127.0.0.1 (as upstream's docker provisioner
+        // does): its certificate must name it.
+        if !machine.cert_sans.iter().any(|s| s == "127.0.0.1") {
+            machine.cert_sans.push("127.0.0.1".to_string());
+        }
     }
     let text = config.to_yaml()?;
     Ok(format!(
@@ -66,6 +71,7 @@ mod tests {
             let net = m.network.as_ref().unwrap();
             assert_eq!(net.hostname.as_deref(), Some("demo-x-1"));
             assert_eq!(net.interfaces[0].dhcp, Some(true));
+            assert_eq!(m.cert_sans, ["127.0.0.1"]);
             assert_eq!(
                 m.ca.as_ref().unwrap().key.is_some(),
                 role == Role::Controlplane
