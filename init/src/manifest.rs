@@ -199,7 +199,9 @@ pub fn check_inputs(daemon: &Daemon, graph: &cosi::runtime::DependencyGraph) -> 
             !e.kind.is_output()
                 && e.namespace != cosi::META_NAMESPACE
                 && !daemon.writes.contains(&e.namespace)
-                && !daemon.reads.contains(&e.namespace)
+                && !daemon.read_grants().any(|g| {
+                    g.namespace == e.namespace && g.r#type.is_none_or(|t| t == e.r#type)
+                })
         })
         .map(|e| {
             format!(

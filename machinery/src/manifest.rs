@@ -148,7 +148,9 @@ pub struct Daemon {
     /// Namespaces it writes in stated (it is their only writer).
     #[serde(default)]
     pub writes: Vec<String>,
-    /// Namespaces it reads besides those it writes and `meta`.
+    /// What it reads besides the namespaces it writes and `meta`: a whole namespace
+    /// (`network`), or only one type of one (`secrets/ApiCertificates.secrets.talos.dev`: apid
+    /// may read its certificate, not the CA key beside it). See [`ReadGrant`].
     #[serde(default)]
     pub reads: Vec<String>,
     /// The resource type groups it may define in `meta`: a definition of `AddressSpecs.net.talos.dev`
@@ -492,9 +494,19 @@ impl Manifest {
         let mut groups: BTreeMap<&str, &str> = BTreeMap::new();
         for d in &self.daemons {
             let n = &d.name;
-            for ns in d.writes.iter().chain(&d.reads) {
+            for ns in &d.writes {
                 if !declared.contains(ns.as_str()) {
                     problems.push(format!("daemon {n}: namespace {ns:?} is not declared"));
+                }
+            }
+            for entry in &d.reads {
+                match ReadGrant::parse(entry) {
+                    Ok(g) if !declared.contains(g.namespace) => problems.push(format!(
+                        "daemon {n}: namespace {:?} is not declared",
+                        g.namespace
+                    )),
+                    Ok(_) => {}
+                    Err(e) => problems.push(format!("daemon {n}: {e}")),
                 }
             }
             for ns in &d.writes {
@@ -600,6 +612,54 @@ impl Manifest {
 }
 
 /// `net.talos.dev`: dot-separated lowercase labels, at least two.
+/// One entry of a daemon's `reads`: a namespace, or one resource type of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReadGrant<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// Only this type (`ApiCertificates.secrets.talos.dev`), or the whole namespace.
+    pub r#type: Option<&'a str>,
+}
+
+impl<'a> ReadGrant<'a> {
+    /// Parses `network` or `secrets/ApiCertificates.secrets.talos.dev`.
+    pub fn parse(entry: &'a str) -> Result<ReadGrant<'a>, String> {
+        match entry.split_once('/') {
+            None => Ok(ReadGrant {
+                namespace: entry,
+                r#type: None,
+            }),
+            Some((namespace, t)) => {
+                let group_ok = t
+                    .split_once('.')
+                    .is_some_and(|(kind, group)| !kind.is_empty() && valid_group(group));
+                if namespace.is_empty() || !group_ok {
+                    return Err(format!(
+                        "reads entry {entry:?} is neither a namespace nor namespace/Type.group"
+                    ));
+                }
+                Ok(ReadGrant {
+                    namespace,
+                    r#type: Some(t),
+                })
+            }
+        }
+    }
+}
+
+impl Daemon {
+    /// Its read grants (entries that do not parse are left out: [`Manifest::problems`] names
+    /// them, and a manifest with problems is refused).
+    pub fn read_grants(&self) -> impl Iterator<Item = ReadGrant<'_>> {
+        self.reads.iter().filter_map(|r| ReadGrant::parse(r).ok())
+    }
+
+    /// The namespaces it reads some or all of (besides those it writes).
+    pub fn read_namespaces(&self) -> BTreeSet<&str> {
+        self.read_grants().map(|g| g.namespace).collect()
+    }
+}
+
 fn valid_group(g: &str) -> bool {
     let parts: Vec<&str> = g.split('.').collect();
     parts.len() >= 2

@@ -693,7 +693,12 @@ pub fn score(observed: &Observed, reach: Option<&IpcReach>) -> Exposure {
     ));
     let (writes_sensitive, reads_sensitive, reads_all) = match reach {
         Some(r) => {
-            let sensitive = |n: &&String| *n == "*" || r.sensitive.contains(n);
+            // A read entry is `namespace` or `namespace/Type`: a type of a sensitive namespace
+            // counts as reading it.
+            let sensitive = |n: &&String| {
+                let ns = n.split_once('/').map_or(n.as_str(), |(ns, _)| ns);
+                ns == "*" || r.sensitive.iter().any(|s| s == ns)
+            };
             (
                 Some(root || r.writes.iter().any(|n| sensitive(&n))),
                 Some(root || r.writes.iter().chain(&r.reads).any(|n| sensitive(&n))),

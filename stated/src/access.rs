@@ -53,8 +53,10 @@ pub enum Peer {
         name: String,
         /// Namespaces it writes.
         writes: BTreeSet<String>,
-        /// Namespaces it reads (including those it writes and `meta`).
+        /// Namespaces it reads whole (including those it writes and `meta`).
         reads: BTreeSet<String>,
+        /// (namespace, type) pairs it may read in namespaces it does not read whole.
+        read_types: BTreeSet<(String, String)>,
         /// Resource type groups it may define in `meta` (`net.talos.dev`).
         defines: BTreeSet<String>,
     },
@@ -113,20 +115,55 @@ impl Policy {
                     return Peer::Stranger(uid);
                 };
                 let writes: BTreeSet<String> = d.writes.iter().cloned().collect();
-                let mut reads: BTreeSet<String> = d.reads.iter().cloned().collect();
+                let mut reads = BTreeSet::new();
+                let mut read_types = BTreeSet::new();
+                for g in d.read_grants() {
+                    match g.r#type {
+                        None => reads.insert(g.namespace.to_string()),
+                        Some(t) => read_types.insert((g.namespace.to_string(), t.to_string())),
+                    };
+                }
                 reads.extend(writes.iter().cloned());
                 reads.insert(META_NAMESPACE.to_string());
                 Peer::Daemon {
                     name: d.name.clone(),
                     writes,
                     reads,
+                    read_types,
                     defines: d.defines.iter().cloned().collect(),
                 }
             }
         }
     }
 
-    /// Checks that `peer` may `access` `namespace`.
+    /// Checks that `peer` may read resources of `r#type` in `namespace`: the whole namespace,
+    /// or that one type of it, is granted.
+    pub fn check_read(&self, peer: &Peer, namespace: &str, r#type: &str) -> Result<(), StateError> {
+        if let Peer::Daemon {
+            name,
+            reads,
+            read_types,
+            ..
+        } = peer
+        {
+            if !reads.contains(namespace) && read_types.iter().any(|(ns, _)| ns == namespace) {
+                check_name("namespace", namespace)?;
+                if read_types.contains(&(namespace.to_string(), r#type.to_string())) {
+                    return Ok(());
+                }
+                return Err(StateError::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "daemon {name} may read only some types of namespace {namespace:?}, not {}",
+                        cosi::error::quoted(r#type)
+                    ),
+                ));
+            }
+        }
+        self.check(peer, namespace, Access::Read)
+    }
+
+    /// Checks that `peer` may `access` the whole of `namespace`.
     pub fn check(&self, peer: &Peer, namespace: &str, access: Access) -> Result<(), StateError> {
         check_name("namespace", namespace)?;
         if let Some(m) = &self.manifest {
@@ -209,6 +246,34 @@ daemons:
         );
         assert!(p.is_durable("config"));
         assert!(!p.is_durable("network"));
+    }
+
+    #[test]
+    fn a_read_grant_of_one_type_reads_only_that_type() {
+        let m = M.replace(
+            "writes: [runtime]}",
+            "writes: [runtime], reads: [network/Links.net.talos.dev]}",
+        );
+        let p = Policy::with_manifest(Manifest::parse_substituted(&m).unwrap());
+        let o = p.identify(Some(1990000012));
+        assert!(p.check_read(&o, "network", "Links.net.talos.dev").is_ok());
+        let e = p
+            .check_read(&o, "network", "AddressSpecs.net.talos.dev")
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+        assert!(e.message().contains("only some types"), "{}", e.message());
+        // Not the whole namespace, and nothing else.
+        assert!(p.check(&o, "network", Access::Read).is_err());
+        assert!(p.check_read(&o, "config", "Links.net.talos.dev").is_err());
+        assert!(p.check(&o, "network", Access::Write).is_err());
+        // A whole-namespace reader is unaffected.
+        let n = p.identify(Some(1990000011));
+        assert!(p.check_read(&n, "config", "Anything.x.talos.dev").is_ok());
+        assert!(Manifest::parse_substituted(&M.replace(
+            "writes: [runtime]}",
+            "writes: [runtime], reads: [network/NotAType]}"
+        ))
+        .is_err());
     }
 
     #[test]

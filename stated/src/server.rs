@@ -180,6 +180,12 @@ impl StateService {
         Ok(peer)
     }
 
+    fn check_read<T>(&self, req: &Request<T>, ns: &str, r#type: &str) -> Result<Peer, Status> {
+        let peer = self.peer(req);
+        self.policy.check_read(&peer, ns, r#type).map_err(status)?;
+        Ok(peer)
+    }
+
     /// Checks a Create or Update and returns the owner to store it under. Outside `meta` that
     /// is the namespace's access rule and the owner the client sent.
     ///
@@ -390,7 +396,7 @@ impl proto::state_server::State for StateService {
         &self,
         req: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
-        self.check(&req, &req.get_ref().namespace, Access::Read)?;
+        self.check_read(&req, &req.get_ref().namespace, &req.get_ref().r#type)?;
         let r = req.into_inner();
         check_request(&r.r#type, Some(&r.id), "")?;
         let res = self
@@ -408,7 +414,7 @@ impl proto::state_server::State for StateService {
         &self,
         req: Request<proto::ListRequest>,
     ) -> Result<Response<Self::ListStream>, Status> {
-        self.check(&req, &req.get_ref().namespace, Access::Read)?;
+        self.check_read(&req, &req.get_ref().namespace, &req.get_ref().r#type)?;
         let r = req.into_inner();
         check_request(&r.r#type, None, "")?;
         let opts = r.options.unwrap_or_default();
@@ -492,7 +498,7 @@ impl proto::state_server::State for StateService {
         &self,
         req: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let peer = self.check(&req, &req.get_ref().namespace, Access::Read)?;
+        let peer = self.check_read(&req, &req.get_ref().namespace, &req.get_ref().r#type)?;
         let slot = self.watch_slot(Self::uid(&req), &peer)?;
         let r = req.into_inner();
         let opts = r.options.unwrap_or_default();

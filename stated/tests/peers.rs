@@ -23,7 +23,7 @@ daemons:
   - {name: networkd, binary: /n, uid: 1990000011, gid: 1990000011, seccomp: networkd,
      writes: [network], reads: [config], defines: [net.talos.dev]}
   - {name: blockd, binary: /b, uid: 1990000012, gid: 1990000012, seccomp: blockd,
-     writes: [block], defines: [block.talos.dev]}
+     writes: [block], defines: [block.talos.dev], reads: ["network/Links.net.talos.dev"]}
 "#;
 
 const NETWORKD: u32 = 1_990_000_011;
@@ -40,6 +40,7 @@ fn definition(def: &cosi::ResourceDefinition) -> cosi::RawResource {
 }
 
 const T: &str = "Things.test.talos.dev";
+const LINKS: &str = "Links.net.talos.dev";
 
 /// Runs `child_client` in a copy of this binary under `uid`; returns whether it passed.
 fn run_as(uid: u32, socket: &std::path::Path, role: &str) -> bool {
@@ -82,17 +83,23 @@ async fn a_daemon_writes_only_its_namespaces() {
         .create(&res("runtime", T, "r", "x"), "init-controller")
         .await
         .unwrap();
+    h.client
+        .create(&res("network", LINKS, "lo", "up"), "")
+        .await
+        .unwrap();
     let socket = h.socket.clone();
     let results = tokio::task::spawn_blocking(move || {
         (
             run_as(NETWORKD, &socket, "networkd"),
             run_as(STRANGER, &socket, "stranger"),
+            run_as(BLOCKD, &socket, "one-type-reader"),
         )
     })
     .await
     .unwrap();
     assert!(results.0, "networkd child failed");
     assert!(results.1, "stranger child failed");
+    assert!(results.2, "blockd (one type of network) child failed");
     // Nothing the children were refused got written.
     assert!(h
         .client
@@ -168,6 +175,52 @@ async fn child_client() {
                 .create(&res("network", T, "evil", "x"), "")
                 .await
                 .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+        }
+        "one-type-reader" => {
+            // blockd may read network's Links, and nothing else of network: not another type,
+            // not by get, list or watch.
+            c.get("network", LINKS, "lo").await.unwrap();
+            assert_eq!(
+                c.list("network", LINKS, &Default::default())
+                    .await
+                    .unwrap()
+                    .len(),
+                1
+            );
+            let mut w = c.watch(cosi::client::WatchSpec {
+                namespace: "network".into(),
+                r#type: LINKS.into(),
+                id: None,
+                bootstrap: true,
+                bootstrap_bookmark: false,
+                tail_events: 0,
+                start_from_bookmark: None,
+                query: Default::default(),
+            });
+            assert!(w.next().await.unwrap().is_ok());
+            let e = c.get("network", T, "eth0").await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+            let e = c.list("network", T, &Default::default()).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+            let mut w = c.watch(cosi::client::WatchSpec {
+                namespace: "network".into(),
+                r#type: T.into(),
+                id: None,
+                bootstrap: true,
+                bootstrap_bookmark: false,
+                tail_events: 0,
+                start_from_bookmark: None,
+                query: Default::default(),
+            });
+            let e = w.next().await.unwrap().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+            let e = c
+                .create(&res("network", LINKS, "evil", "x"), "")
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+            let e = c.get("config", T, "cfg").await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
         }
         "hijack-networkd" => hijack_as_networkd(&c).await,
