@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/v1alpha1/state.proto",
         "proto/v1alpha1/meta.proto",
         "proto/v1alpha1/init.proto",
+        "proto/security/security.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

@@ -5,3 +5,5 @@ pub mod manifest;
 pub mod resources;
 #[cfg(feature = "pki")]
 pub mod secrets;
+#[cfg(feature = "tls")]
+pub mod tls;

@@ -19,5 +19,10 @@ pub mod init {
     tonic::include_proto!("talos.init");
 }
 
+/// `securityapi`: trustd's Certificate RPC (upstream's package and messages).
+pub mod securityapi {
+    tonic::include_proto!("securityapi");
+}
+
 pub use prost_types::Timestamp;
 pub use resource::*;

@@ -52,6 +52,9 @@ pub enum SecretsError {
     /// A certificate that does not parse.
     #[error("invalid certificate: {0}")]
     Certificate(String),
+    /// A certificate signing request that does not parse or verify.
+    #[error("invalid CSR: {0}")]
+    Csr(String),
     /// A field is not base64.
     #[error("{0} is not base64")]
     Base64(&'static str),
@@ -465,4 +468,18 @@ impl KeyOnly {
             key: Some(self.key.clone()),
         }
     }
+}
+
+/// Whether `given` is the token `expected`, compared as upstream's trustd does: the SHA-256 of
+/// each, in constant time (the time taken says nothing about how much of a guess was right).
+/// An empty `expected` matches nothing.
+pub fn token_matches(expected: &str, given: &str) -> bool {
+    let a = ring::digest::digest(&ring::digest::SHA256, expected.as_bytes());
+    let b = ring::digest::digest(&ring::digest::SHA256, given.as_bytes());
+    let diff = a
+        .as_ref()
+        .iter()
+        .zip(b.as_ref())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    !expected.is_empty() && diff == 0
 }

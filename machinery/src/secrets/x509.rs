@@ -183,6 +183,11 @@ impl PrivateKey {
         Ok(encode_pem(label, der))
     }
 
+    /// The key as PKCS#8 DER (what TLS libraries load).
+    pub fn pkcs8_der(&self) -> &[u8] {
+        &self.pkcs8
+    }
+
     /// Its algorithm.
     pub fn algorithm(&self) -> KeyAlgorithm {
         self.algorithm
@@ -488,6 +493,10 @@ pub struct CertificateInfo {
     pub ips: Vec<std::net::IpAddr>,
     /// Whether it is a CA.
     pub is_ca: bool,
+    /// Extended key usage: server authentication.
+    pub server_auth: bool,
+    /// Extended key usage: client authentication.
+    pub client_auth: bool,
 }
 
 impl CertificateInfo {
@@ -531,7 +540,13 @@ impl Certificate {
             dns_names: Vec::new(),
             ips: Vec::new(),
             is_ca: cert.is_ca(),
+            server_auth: false,
+            client_auth: false,
         };
+        if let Ok(Some(eku)) = cert.extended_key_usage() {
+            info.server_auth = eku.value.server_auth;
+            info.client_auth = eku.value.client_auth;
+        }
         if let Ok(Some(san)) = cert.subject_alternative_name() {
             for name in &san.value.general_names {
                 match name {
@@ -566,4 +581,88 @@ impl Certificate {
     pub fn matches_key(&self, key: &PrivateKey) -> bool {
         matches!((self.public_key_der(), key.public_key_der()), (Ok(a), Ok(b)) if a == b)
     }
+}
+
+/// Largest CSR [`sign_csr`] reads (PEM bytes): a CSR with a few hundred SANs fits.
+pub const MAX_CSR: usize = 64 * 1024;
+
+impl LeafRequest {
+    /// A certificate signing request for a new key of `algorithm`, asking for this subject and
+    /// these SANs (what a worker sends trustd). Returns the CSR's PEM and the key.
+    pub fn csr(&self, algorithm: KeyAlgorithm) -> Result<(String, PrivateKey), SecretsError> {
+        let key = PrivateKey::generate(algorithm)?;
+        let mut p = CertificateParams::default();
+        p.distinguished_name = distinguished_name(&self.subject);
+        for name in &self.dns_names {
+            let name = rcgen::string::Ia5String::try_from(name.as_str()).map_err(|_| {
+                SecretsError::Unsupported(format!("{name:?} is not a valid DNS name for a SAN"))
+            })?;
+            p.subject_alt_names.push(rcgen::SanType::DnsName(name));
+        }
+        p.subject_alt_names
+            .extend(self.ips.iter().copied().map(rcgen::SanType::IpAddress));
+        let csr = p
+            .serialize_request(&key.key_pair()?)
+            .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+        let pem = csr.pem().map_err(|e| SecretsError::Crypto(e.to_string()))?;
+        Ok((pem.replace("\r\n", "\n"), key))
+    }
+}
+
+/// Signs a CSR as trustd does (upstream's `reg.Certificate`): the CSR's signature must verify;
+/// its Organization is dropped (a token holder never gets a role-bearing certificate), and so is
+/// every key usage, CA flag and SAN it asks for but DNS names and IP addresses; the certificate
+/// is for server authentication only (key usage DigitalSignature, extended key usage
+/// ServerAuth), valid from `now` for `validity`, signed by `ca`.
+pub fn sign_csr(
+    ca: (&Certificate, &PrivateKey),
+    csr_pem: &[u8],
+    now: SystemTime,
+    validity: Duration,
+) -> Result<Certificate, SecretsError> {
+    if csr_pem.len() > MAX_CSR {
+        return Err(SecretsError::Csr(format!(
+            "the CSR is larger than {MAX_CSR} bytes"
+        )));
+    }
+    let text = std::str::from_utf8(csr_pem)
+        .map_err(|_| SecretsError::Csr("the CSR is not PEM text".into()))?;
+    let mut csr = rcgen::CertificateSigningRequestParams::from_pem(text)
+        .map_err(|e| SecretsError::Csr(e.to_string()))?;
+    let p = &mut csr.params;
+    let mut subject = DistinguishedName::new();
+    for (ty, value) in p.distinguished_name.iter() {
+        if *ty != DnType::OrganizationName {
+            subject.push(ty.clone(), value.clone());
+        }
+    }
+    p.distinguished_name = subject;
+    p.subject_alt_names
+        .retain(|s| matches!(s, rcgen::SanType::DnsName(_) | rcgen::SanType::IpAddress(_)));
+    p.is_ca = IsCa::ExplicitNoCa;
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    p.not_before = time::OffsetDateTime::from(now);
+    p.not_after = time::OffsetDateTime::from(now + validity);
+    p.serial_number = Some(serial()?);
+    p.use_authority_key_identifier_extension = true;
+    let ca_der = rustls_pki_types::CertificateDer::from(ca.0.der());
+    let issuer = Issuer::from_ca_cert_der(&ca_der, ca.1.key_pair()?)
+        .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+    let cert = csr
+        .signed_by(&issuer)
+        .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+    Ok(Certificate {
+        der: cert.der().to_vec(),
+    })
+}
+
+/// Every certificate of a PEM bundle (the accepted CAs trustd returns, one after another).
+pub fn certificates(text: &[u8]) -> Result<Vec<Certificate>, SecretsError> {
+    let blocks = pem::parse_many(text).map_err(|_| SecretsError::Pem)?;
+    blocks
+        .iter()
+        .filter(|b| b.tag() == CERTIFICATE_LABEL)
+        .map(|b| Certificate::from_pem(pem::encode(b).as_bytes()))
+        .collect()
 }

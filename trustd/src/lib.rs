@@ -1,0 +1,12 @@
+//! trustd: signs the apid certificates of joining nodes with the OS CA, over upstream's
+//! `securityapi.SecurityService/Certificate` on TCP 50001 (TLS 1.3, server authentication
+//! only; the trustd token in the `token` metadata). It runs on every node but listens only
+//! where secretsd gave it a serving certificate and the OS CA has its key: on control planes.
+//!
+//! It reads two resources of `secrets` and nothing else there: `TrustdCertificates/trustd`
+//! (what it serves with) and `OSRootSecrets/os` (the CA it signs with, the token).
+
+pub mod client;
+pub mod controller;
+pub mod run;
+pub mod service;
