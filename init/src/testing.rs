@@ -153,7 +153,14 @@ pub struct NodeBuilder {
 }
 
 /// The binaries a node needs, in the target directory.
-pub const BINARIES: &[&str] = &["init", "stated", "networkd", "secretsd", "init-testd"];
+pub const BINARIES: &[&str] = &[
+    "init",
+    "stated",
+    "networkd",
+    "secretsd",
+    "trustd",
+    "init-testd",
+];
 
 impl NodeBuilder {
     /// Runs init in `mode`.
@@ -256,7 +263,7 @@ impl NodeBuilder {
             let from = target.join(b);
             assert!(
                 from.exists(),
-                "{} is not built: run `cargo build -p init -p stated -p networkd -p secretsd` first",
+                "{} is not built: run `cargo build -p init -p stated -p networkd -p secretsd -p trustd` first",
                 from.display()
             );
             std::fs::copy(&from, bin.join(b)).expect("copy binary");

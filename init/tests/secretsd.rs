@@ -2,7 +2,8 @@
 //! link with an address in the node's network namespace give apid's certificates, signed by
 //! the OS CA and naming the node's address (outside the default pod and service subnets,
 //! which the API SANs leave out); a kill -9 of secretsd restarts it and reissues nothing (the
-//! resources keep their versions). Needs root.
+//! resources keep their versions); trustd serves TLS 1.3 with its certificate there and comes
+//! back after a kill -9. Needs root.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::net::IpAddr;
@@ -61,13 +62,14 @@ async fn wait_for<S: cosi::ResourceSpec>(
 }
 
 #[tokio::test]
-async fn secretsd_mints_a_control_planes_certificates_and_a_kill_9_reissues_nothing() {
+async fn secretsd_mints_a_control_planes_certificates_trustd_serves_and_a_kill_9_reissues_nothing()
+{
     if !testkit::require_root("a node switches uids and makes namespaces") {
         return;
     }
     let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
     let node = Node::builder().config(&control_plane(&bundle)).start();
-    node.wait_healthy(&["stated", "networkd", "secretsd"], T)
+    node.wait_healthy(&["stated", "networkd", "secretsd", "trustd"], T)
         .await;
     // A link of the node's own (both ends in its network namespace).
     node.in_netns(&[
@@ -101,6 +103,35 @@ async fn secretsd_mints_a_control_planes_certificates_and_a_kill_9_reissues_noth
             .is_ok_and(|i| i.ips.contains(&"172.20.98.2".parse::<IpAddr>().unwrap()))
     })
     .await;
+
+    // trustd serves with its certificate on the node's address: TLS 1.3, a chain to the OS CA
+    // naming that address.
+    let ca_file = node.dir().join("os-ca.pem");
+    std::fs::write(&ca_file, os_ca.to_pem()).unwrap();
+    let s_client = || {
+        node.in_netns(&[
+            "sh",
+            "-c",
+            &format!(
+                "openssl s_client -connect 172.20.98.2:50001 -tls1_3 -alpn h2 -CAfile {} \
+                 -verify_ip 172.20.98.2 -verify_return_error </dev/null 2>&1",
+                ca_file.display()
+            ),
+        ])
+    };
+    let end = Instant::now() + T;
+    loop {
+        let out = s_client();
+        if out.contains("Verify return code: 0 (ok)") && out.contains("TLSv1.3") {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "trustd does not serve:\n{out}\n{}",
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     let old = node.service("secretsd").await.unwrap();
     let host = node.host_pid(old.pid).unwrap();

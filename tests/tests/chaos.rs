@@ -2,7 +2,7 @@
 //! machine configs are patched, and which must converge once the chaos stops.
 //!
 //! For a bounded time (`TALOS_CHAOS_SECONDS`, 60 s by default) one thread kill -9s a random
-//! daemon (stated, networkd or secretsd; now and then all three) of a random node, from the host, while one
+//! daemon (stated, networkd, secretsd or trustd; now and then all of them) of a random node, from the host, while one
 //! thread per node patches that node's machine config with `talosctl patch machineconfig`
 //! (static addresses on `lo`, static routes on `eth0`, extraHostEntries: added and removed;
 //! nameservers and the hostname: changed) and records every attempt, acknowledged (exit 0)
@@ -55,7 +55,7 @@ use node_tests::{
 };
 
 /// The daemons the chaos kills.
-const DAEMONS: [&str; 3] = ["stated", "networkd", "secretsd"];
+const DAEMONS: [&str; 4] = ["stated", "networkd", "secretsd", "trustd"];
 /// How long the chaos lasts unless `TALOS_CHAOS_SECONDS` says otherwise.
 const DEFAULT_CHAOS: Duration = Duration::from_secs(60);
 /// How long the cluster has to converge once the chaos stopped.

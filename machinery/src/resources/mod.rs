@@ -28,6 +28,11 @@ pub const NAMESPACES: &[(&str, &str, bool)] = &[
     ),
     ("block", "Disks, volumes and mounts.", false),
     ("secrets", "CAs and certificates.", false),
+    (
+        "trustd",
+        "trustd's own state (its dependency graph).",
+        false,
+    ),
     ("etcd", "etcd configuration and membership.", false),
     ("k8s", "Kubernetes control plane and kubelet.", false),
 ];
