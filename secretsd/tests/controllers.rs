@@ -507,3 +507,48 @@ fn a_certificate_is_not_signed_by_a_foreign_ca() {
     assert!(cert.is_signed_by(&ca));
     assert!(!cert.is_signed_by(&foreign.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_that_is_not_ready_for_a_while_takes_no_certificate_away() {
+    let bundle = bundle();
+    let node = Node::start(Options::default()).await;
+    node.config(&config(&bundle, MachineType::ControlPlane, &[]))
+        .await;
+    node.network("cp-1", "", &["10.5.0.2/24"]).await;
+    let api = node
+        .expect::<ApiCertsSpec>(API_ID, |s| s.server.is_some())
+        .await;
+    let etcd = node.expect::<EtcdCertsSpec>(ETCD_ID, |_| true).await;
+    // A link flaps: the network is not ready, and networkd's hostname is gone for a while.
+    node.put(NETWORK_NS, STATUS_ID, StatusSpec::default()).await;
+    node.client
+        .destroy(NETWORK_NS, HostnameStatusSpec::TYPE, HOSTNAME_ID, "")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let now = node.get::<ApiCertsSpec>(API_ID).await.unwrap();
+    assert_eq!(now.metadata.version, api.metadata.version);
+    assert_eq!(
+        node.get::<EtcdCertsSpec>(ETCD_ID)
+            .await
+            .unwrap()
+            .metadata
+            .version,
+        etcd.metadata.version
+    );
+    assert!(node
+        .get::<machinery::resources::secrets::CertSanSpec>("api")
+        .await
+        .is_some());
+    // Back as it was: nothing is reissued either.
+    node.network("cp-1", "", &["10.5.0.2/24"]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        node.get::<ApiCertsSpec>(API_ID)
+            .await
+            .unwrap()
+            .metadata
+            .version,
+        api.metadata.version
+    );
+}

@@ -47,16 +47,16 @@ impl ApiCertSansController {
         let Some(root) = ctx.get::<OsRootSpec>(NAMESPACE, OS_ROOT_ID).await? else {
             return Ok(Action::AwaitChange);
         };
-        let Some(hostname) = ctx
+        // Until networkd has published both, keep what there is (a restart of networkd must not
+        // take apid's certificate away).
+        let hostname = ctx
             .get::<HostnameStatusSpec>(NETWORK_NS, HOSTNAME_ID)
-            .await?
-        else {
-            return Ok(Action::AwaitChange);
-        };
-        let Some(addresses) = ctx
+            .await?;
+        let addresses = ctx
             .get::<NodeAddressSpec>(NETWORK_NS, &addresses_id())
-            .await?
-        else {
+            .await?;
+        let (Some(hostname), Some(addresses)) = (hostname, addresses) else {
+            super::source::keep::<CertSanSpec>(ctx).await?;
             return Ok(Action::AwaitChange);
         };
         let spec = api_cert_sans(&root.spec, &hostname.spec, &addresses.spec);

@@ -63,6 +63,18 @@ pub struct Plan {
     pub wants: Vec<Want>,
 }
 
+/// What a part wants now.
+#[derive(Debug)]
+pub enum Planned<E> {
+    /// The node has none of this kind (a worker, no root): the resource is torn down.
+    None,
+    /// An input is not there yet or not ready (the network, the SANs): what exists is kept as
+    /// it is, so that a flapping link does not tear apid's certificate down.
+    Wait,
+    /// These certificates, and what the resource carries besides them.
+    Issue(Plan, E),
+}
+
 /// One kind of leaf resource.
 pub trait LeafPart: Send + Sync + 'static {
     /// The spec written.
@@ -77,12 +89,11 @@ pub trait LeafPart: Send + Sync + 'static {
     /// Inputs (what [`plan`](Self::plan) reads).
     fn inputs() -> Vec<Input>;
 
-    /// The certificates wanted now; `None` when the node has none of this kind (the resource is
-    /// then torn down).
+    /// The certificates wanted now.
     fn plan<'a>(
         ctx: &'a Context,
         options: &'a Options,
-    ) -> impl Future<Output = Result<Option<(Plan, Self::Extra)>, ReconcileError>> + Send + 'a;
+    ) -> impl Future<Output = Result<Planned<Self::Extra>, ReconcileError>> + Send + 'a;
 
     /// The certificates the stored resource has, in [`Plan::wants`] order.
     fn current(spec: &Self::Spec) -> Vec<Option<&CertificateAndKey>>;
@@ -108,8 +119,13 @@ impl<P: LeafPart> LeafController<P> {
     }
 
     async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let Some((plan, extra)) = P::plan(ctx, &self.options).await? else {
-            return Ok(Action::AwaitChange);
+        let (plan, extra) = match P::plan(ctx, &self.options).await? {
+            Planned::None => return Ok(Action::AwaitChange),
+            Planned::Wait => {
+                super::source::keep::<P::Spec>(ctx).await?;
+                return Ok(Action::AwaitChange);
+            }
+            Planned::Issue(plan, extra) => (plan, extra),
         };
         let ca_cert = Certificate::from_pem(plan.ca.crt.as_bytes())
             .map_err(|e| failed("cannot read the signing CA's certificate", e))?;
@@ -232,23 +248,28 @@ fn network_inputs() -> Vec<Input> {
 }
 
 /// The OS root with its issuing CA and the API SANs, once the network is ready: what the API
-/// and trustd certificates are made of. `None` on a node that cannot issue (a worker).
-async fn os_issuing(
-    ctx: &Context,
-) -> Result<Option<(OsRootSpec, CertificateAndKey, CertSanSpec)>, ReconcileError> {
-    if !network_ready(ctx).await? {
-        return Ok(None);
-    }
+/// and trustd certificates are made of (the plan carries only the CA). `None` on a node that
+/// cannot issue (a worker); `Wait` until the network and the SANs are there.
+async fn os_issuing(ctx: &Context) -> Result<Planned<(OsRootSpec, CertSanSpec)>, ReconcileError> {
     let Some(root) = ctx.get::<OsRootSpec>(NAMESPACE, OS_ROOT_ID).await? else {
-        return Ok(None);
+        return Ok(Planned::None);
     };
     let Some(ca) = root.spec.issuing_ca.clone() else {
-        return Ok(None);
+        return Ok(Planned::None);
     };
+    if !network_ready(ctx).await? {
+        return Ok(Planned::Wait);
+    }
     let Some(sans) = ctx.get::<CertSanSpec>(NAMESPACE, CERT_SAN_API_ID).await? else {
-        return Ok(None);
+        return Ok(Planned::Wait);
     };
-    Ok(Some((root.spec, ca, sans.spec)))
+    Ok(Planned::Issue(
+        Plan {
+            ca,
+            wants: Vec::new(),
+        },
+        (root.spec, sans.spec),
+    ))
 }
 
 fn os_inputs() -> Vec<Input> {
@@ -292,9 +313,11 @@ impl LeafPart for Api {
     async fn plan(
         ctx: &Context,
         options: &Options,
-    ) -> Result<Option<(Plan, Self::Extra)>, ReconcileError> {
-        let Some((root, ca, sans)) = os_issuing(ctx).await? else {
-            return Ok(None);
+    ) -> Result<Planned<Self::Extra>, ReconcileError> {
+        let (ca, (root, sans)) = match os_issuing(ctx).await? {
+            Planned::Issue(plan, rest) => (plan.ca, rest),
+            Planned::None => return Ok(Planned::None),
+            Planned::Wait => return Ok(Planned::Wait),
         };
         let server = server_request(&sans, vec![Usage::DigitalSignature]);
         let client = LeafRequest {
@@ -307,7 +330,7 @@ impl LeafPart for Api {
             ..LeafRequest::default()
         };
         let validity = options.leaf_validity;
-        Ok(Some((
+        Ok(Planned::Issue(
             Plan {
                 ca,
                 wants: vec![
@@ -322,7 +345,7 @@ impl LeafPart for Api {
                 ],
             },
             root.accepted_cas,
-        )))
+        ))
     }
 
     fn current(spec: &ApiCertsSpec) -> Vec<Option<&CertificateAndKey>> {
@@ -359,12 +382,14 @@ impl LeafPart for Trustd {
     async fn plan(
         ctx: &Context,
         options: &Options,
-    ) -> Result<Option<(Plan, Self::Extra)>, ReconcileError> {
-        let Some((root, ca, sans)) = os_issuing(ctx).await? else {
-            return Ok(None);
+    ) -> Result<Planned<Self::Extra>, ReconcileError> {
+        let (ca, (root, sans)) = match os_issuing(ctx).await? {
+            Planned::Issue(plan, rest) => (plan.ca, rest),
+            Planned::None => return Ok(Planned::None),
+            Planned::Wait => return Ok(Planned::Wait),
         };
         let server = server_request(&sans, vec![Usage::DigitalSignature, Usage::KeyEncipherment]);
-        Ok(Some((
+        Ok(Planned::Issue(
             Plan {
                 ca,
                 wants: vec![Want {
@@ -373,7 +398,7 @@ impl LeafPart for Trustd {
                 }],
             },
             root.accepted_cas,
-        )))
+        ))
     }
 
     fn current(spec: &TrustdCertsSpec) -> Vec<Option<&CertificateAndKey>> {
@@ -462,32 +487,29 @@ impl LeafPart for Etcd {
         inputs
     }
 
-    async fn plan(ctx: &Context, _options: &Options) -> Result<Option<(Plan, ())>, ReconcileError> {
-        if !network_ready(ctx).await? {
-            return Ok(None);
-        }
+    async fn plan(ctx: &Context, _options: &Options) -> Result<Planned<()>, ReconcileError> {
         let Some(root) = ctx.get::<EtcdRootSpec>(NAMESPACE, ETCD_ROOT_ID).await? else {
-            return Ok(None);
+            return Ok(Planned::None);
         };
-        let Some(hostname) = ctx
+        if !network_ready(ctx).await? {
+            return Ok(Planned::Wait);
+        }
+        let hostname = ctx
             .get::<HostnameStatusSpec>(NETWORK_NS, HOSTNAME_ID)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let Some(addresses) = ctx
+            .await?;
+        let addresses = ctx
             .get::<NodeAddressSpec>(NETWORK_NS, &etcd_addresses_id())
-            .await?
-        else {
-            return Ok(None);
+            .await?;
+        let (Some(hostname), Some(addresses)) = (hostname, addresses) else {
+            return Ok(Planned::Wait);
         };
-        Ok(Some((
+        Ok(Planned::Issue(
             Plan {
                 ca: root.spec.etcd_ca,
                 wants: etcd_wants(&hostname.spec, &addresses.spec),
             },
             (),
-        )))
+        ))
     }
 
     fn current(spec: &EtcdCertsSpec) -> Vec<Option<&CertificateAndKey>> {
