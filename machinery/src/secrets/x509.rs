@@ -587,8 +587,8 @@ impl Certificate {
 pub const MAX_CSR: usize = 64 * 1024;
 
 impl LeafRequest {
-    /// A certificate signing request for a new key of `algorithm`, asking for this subject and
-    /// these SANs (what a worker sends trustd). Returns the CSR's PEM and the key.
+    /// A certificate signing request for a new key of `algorithm`, asking for this subject,
+    /// these SANs and these uses (what a worker sends trustd). Returns the CSR's PEM and the key.
     pub fn csr(&self, algorithm: KeyAlgorithm) -> Result<(String, PrivateKey), SecretsError> {
         let key = PrivateKey::generate(algorithm)?;
         let mut p = CertificateParams::default();
@@ -601,6 +601,8 @@ impl LeafRequest {
         }
         p.subject_alt_names
             .extend(self.ips.iter().copied().map(rcgen::SanType::IpAddress));
+        p.key_usages = self.key_usages.clone();
+        p.extended_key_usages = self.extended.clone();
         let csr = p
             .serialize_request(&key.key_pair()?)
             .map_err(|e| SecretsError::Crypto(e.to_string()))?;
