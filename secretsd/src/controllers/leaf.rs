@@ -41,6 +41,9 @@ use super::Options;
 /// names change).
 pub const ETCD_VALIDITY: Duration = Duration::from_secs(87_600 * 3600);
 
+/// The longest a leaf controller sleeps between two looks at its certificates.
+const RECHECK: Duration = Duration::from_secs(24 * 3600);
+
 /// Clock slack allowed before a certificate's start.
 const START_SLACK: Duration = Duration::from_secs(60);
 
@@ -177,10 +180,12 @@ impl<P: LeafPart> LeafController<P> {
             P::build(extra, certs),
         ))
         .await?;
+        // At least once a day anyway: the wait runs on the monotonic clock, so a jump of the
+        // wall clock (a time sync) is noticed by the next look at the certificates.
         let wait = next
             .and_then(|n| n.duration_since(SystemTime::now()).ok())
             .unwrap_or_default()
-            .max(Duration::from_secs(1));
+            .clamp(Duration::from_secs(1), RECHECK);
         Ok(Action::RequeueAfter(wait))
     }
 }
