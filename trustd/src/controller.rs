@@ -69,7 +69,7 @@ impl CertificateController {
                     (Ok(ca), Ok(key)) => self.signer.set(Some(Signer {
                         ca,
                         key,
-                        accepted: accepted_cas.iter().map(|c| c.crt.as_str()).collect(),
+                        accepted: pem_bundle(&accepted_cas),
                         token,
                     })),
                     (Err(e), _) | (_, Err(e)) => {
@@ -84,6 +84,17 @@ impl CertificateController {
             .send_replace(self.cert.is_set() && self.signer.get().is_some());
         Ok(Action::AwaitChange)
     }
+}
+
+/// The accepted CAs one after another, each ending in a newline (a PEM without its last
+/// newline would otherwise run into the next one's BEGIN line).
+fn pem_bundle(cas: &[machinery::resources::secrets::CertificatePem]) -> String {
+    let mut out = String::new();
+    for ca in cas {
+        out.push_str(ca.crt.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 impl Controller for CertificateController {
@@ -107,5 +118,19 @@ impl Controller for CertificateController {
         ctx: &'a mut Context,
     ) -> impl Future<Output = Result<Action, ReconcileError>> + Send + 'a {
         self.run(ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use machinery::resources::secrets::CertificatePem;
+
+    #[test]
+    fn a_bundle_keeps_pems_apart() {
+        let pem = |s: &str| CertificatePem { crt: s.into() };
+        assert_eq!(
+            super::pem_bundle(&[pem("-----END CERTIFICATE-----"), pem("B\n")]),
+            "-----END CERTIFICATE-----\nB\n"
+        );
     }
 }
