@@ -68,14 +68,25 @@ pub struct Plan {
 
 /// What a part wants now.
 #[derive(Debug)]
-pub enum Planned<E> {
+pub enum Planned<T> {
     /// The node has none of this kind (a worker, no root): the resource is torn down.
     None,
     /// An input is not there yet or not ready (the network, the SANs): what exists is kept as
     /// it is, so that a flapping link does not tear apid's certificate down.
     Wait,
-    /// These certificates, and what the resource carries besides them.
-    Issue(Plan, E),
+    /// These certificates ([`Plan`]) and what the resource carries besides them.
+    Issue(T),
+}
+
+impl<T> Planned<T> {
+    /// The same readiness, with `f` applied to what is there.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Planned<U> {
+        match self {
+            Planned::None => Planned::None,
+            Planned::Wait => Planned::Wait,
+            Planned::Issue(t) => Planned::Issue(f(t)),
+        }
+    }
 }
 
 /// One kind of leaf resource.
@@ -96,7 +107,7 @@ pub trait LeafPart: Send + Sync + 'static {
     fn plan<'a>(
         ctx: &'a Context,
         options: &'a Options,
-    ) -> impl Future<Output = Result<Planned<Self::Extra>, ReconcileError>> + Send + 'a;
+    ) -> impl Future<Output = Result<Planned<(Plan, Self::Extra)>, ReconcileError>> + Send + 'a;
 
     /// The certificates the stored resource has, in [`Plan::wants`] order.
     fn current(spec: &Self::Spec) -> Vec<Option<&CertificateAndKey>>;
@@ -128,7 +139,7 @@ impl<P: LeafPart> LeafController<P> {
                 super::source::keep::<P::Spec>(ctx).await?;
                 return Ok(Action::AwaitChange);
             }
-            Planned::Issue(plan, extra) => (plan, extra),
+            Planned::Issue(issue) => issue,
         };
         let ca_cert = Certificate::from_pem(plan.ca.crt.as_bytes())
             .map_err(|e| failed("cannot read the signing CA's certificate", e))?;
@@ -252,10 +263,17 @@ fn network_inputs() -> Vec<Input> {
     vec![Input::weak::<StatusSpec>(NETWORK_NS).with_id(STATUS_ID)]
 }
 
-/// The OS root with its issuing CA and the API SANs, once the network is ready: what the API
-/// and trustd certificates are made of (the plan carries only the CA). `None` on a node that
-/// cannot issue (a worker); `Wait` until the network and the SANs are there.
-async fn os_issuing(ctx: &Context) -> Result<Planned<(OsRootSpec, CertSanSpec)>, ReconcileError> {
+/// What the API and trustd certificates are made of.
+struct OsIssuing {
+    ca: CertificateAndKey,
+    accepted: Vec<CertificatePem>,
+    sans: CertSanSpec,
+}
+
+/// The OS root's issuing CA and accepted CAs and the API SANs, once the network is ready.
+/// `None` on a node that cannot issue (a worker); `Wait` until the network and the SANs are
+/// there.
+async fn os_issuing(ctx: &Context) -> Result<Planned<OsIssuing>, ReconcileError> {
     let Some(root) = ctx.get::<OsRootSpec>(NAMESPACE, OS_ROOT_ID).await? else {
         return Ok(Planned::None);
     };
@@ -268,13 +286,11 @@ async fn os_issuing(ctx: &Context) -> Result<Planned<(OsRootSpec, CertSanSpec)>,
     let Some(sans) = ctx.get::<CertSanSpec>(NAMESPACE, CERT_SAN_API_ID).await? else {
         return Ok(Planned::Wait);
     };
-    Ok(Planned::Issue(
-        Plan {
-            ca,
-            wants: Vec::new(),
-        },
-        (root.spec, sans.spec),
-    ))
+    Ok(Planned::Issue(OsIssuing {
+        ca,
+        accepted: root.spec.accepted_cas,
+        sans: sans.spec,
+    }))
 }
 
 fn os_inputs() -> Vec<Input> {
@@ -318,39 +334,25 @@ impl LeafPart for Api {
     async fn plan(
         ctx: &Context,
         options: &Options,
-    ) -> Result<Planned<Self::Extra>, ReconcileError> {
-        let (ca, (root, sans)) = match os_issuing(ctx).await? {
-            Planned::Issue(plan, rest) => (plan.ca, rest),
-            Planned::None => return Ok(Planned::None),
-            Planned::Wait => return Ok(Planned::Wait),
-        };
-        let server = server_request(&sans, vec![Usage::DigitalSignature]);
-        let client = LeafRequest {
-            subject: Subject {
-                organizations: vec!["os:impersonator".to_string()],
-                common_name: Some(sans.fqdn.clone()),
-            },
-            key_usages: vec![Usage::DigitalSignature],
-            extended: vec![ExtendedUsage::ClientAuth],
-            ..LeafRequest::default()
-        };
+    ) -> Result<Planned<(Plan, Self::Extra)>, ReconcileError> {
         let validity = options.leaf_validity;
-        Ok(Planned::Issue(
-            Plan {
-                ca,
-                wants: vec![
-                    Want {
-                        request: server,
-                        validity,
-                    },
-                    Want {
-                        request: client,
-                        validity,
-                    },
-                ],
-            },
-            root.accepted_cas,
-        ))
+        Ok(os_issuing(ctx).await?.map(|os| {
+            let server = server_request(&os.sans, vec![Usage::DigitalSignature]);
+            let client = LeafRequest {
+                subject: Subject {
+                    organizations: vec!["os:impersonator".to_string()],
+                    common_name: Some(os.sans.fqdn.clone()),
+                },
+                key_usages: vec![Usage::DigitalSignature],
+                extended: vec![ExtendedUsage::ClientAuth],
+                ..LeafRequest::default()
+            };
+            let wants = [server, client]
+                .into_iter()
+                .map(|request| Want { request, validity })
+                .collect();
+            (Plan { ca: os.ca, wants }, os.accepted)
+        }))
     }
 
     fn current(spec: &ApiCertsSpec) -> Vec<Option<&CertificateAndKey>> {
@@ -387,23 +389,18 @@ impl LeafPart for Trustd {
     async fn plan(
         ctx: &Context,
         options: &Options,
-    ) -> Result<Planned<Self::Extra>, ReconcileError> {
-        let (ca, (root, sans)) = match os_issuing(ctx).await? {
-            Planned::Issue(plan, rest) => (plan.ca, rest),
-            Planned::None => return Ok(Planned::None),
-            Planned::Wait => return Ok(Planned::Wait),
-        };
-        let server = server_request(&sans, vec![Usage::DigitalSignature, Usage::KeyEncipherment]);
-        Ok(Planned::Issue(
-            Plan {
-                ca,
-                wants: vec![Want {
-                    request: server,
-                    validity: options.leaf_validity,
-                }],
-            },
-            root.accepted_cas,
-        ))
+    ) -> Result<Planned<(Plan, Self::Extra)>, ReconcileError> {
+        Ok(os_issuing(ctx).await?.map(|os| {
+            let request = server_request(
+                &os.sans,
+                vec![Usage::DigitalSignature, Usage::KeyEncipherment],
+            );
+            let wants = vec![Want {
+                request,
+                validity: options.leaf_validity,
+            }];
+            (Plan { ca: os.ca, wants }, os.accepted)
+        }))
     }
 
     fn current(spec: &TrustdCertsSpec) -> Vec<Option<&CertificateAndKey>> {
@@ -492,7 +489,10 @@ impl LeafPart for Etcd {
         inputs
     }
 
-    async fn plan(ctx: &Context, _options: &Options) -> Result<Planned<()>, ReconcileError> {
+    async fn plan(
+        ctx: &Context,
+        _options: &Options,
+    ) -> Result<Planned<(Plan, ())>, ReconcileError> {
         let Some(root) = ctx.get::<EtcdRootSpec>(NAMESPACE, ETCD_ROOT_ID).await? else {
             return Ok(Planned::None);
         };
@@ -508,13 +508,13 @@ impl LeafPart for Etcd {
         let (Some(hostname), Some(addresses)) = (hostname, addresses) else {
             return Ok(Planned::Wait);
         };
-        Ok(Planned::Issue(
+        Ok(Planned::Issue((
             Plan {
                 ca: root.spec.etcd_ca,
                 wants: etcd_wants(&hostname.spec, &addresses.spec),
             },
             (),
-        ))
+        )))
     }
 
     fn current(spec: &EtcdCertsSpec) -> Vec<Option<&CertificateAndKey>> {
