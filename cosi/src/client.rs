@@ -545,6 +545,26 @@ impl Client {
         }
     }
 
+    /// [`define_types`](Self::define_types), retried (backoff from 50 ms to 2 s) while stated
+    /// does not answer: what a daemon does first. Returns the first answer that is not
+    /// "unavailable" (a refusal is not retried).
+    pub async fn define_types_retrying(
+        &self,
+        definitions: &[crate::definition::ResourceDefinition],
+        owner: &str,
+    ) -> Result<(), StateError> {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.define_types(definitions, owner).await {
+                Err(e) if e.is_unavailable() => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Writes resource definitions as `owner`: each one is created, or updated when the stored
     /// one differs (a newer build of the daemon); equal ones are left alone. An unavailable
     /// stated stops at once (for the caller to retry); a refused definition does not keep the

@@ -332,19 +332,8 @@ async fn boot(
 async fn define_types(client: &cosi::Client) {
     let mut defs = vec![MachineConfigSpec::definition()];
     defs.extend(machinery::resources::runtime::definitions());
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match client.define_types(&defs, "init").await {
-            Ok(()) => return,
-            Err(e) if e.is_unavailable() => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot define the runtime and config types");
-                return;
-            }
-        }
+    if let Err(e) = client.define_types_retrying(&defs, "init").await {
+        tracing::error!(error = %e, "cannot define the runtime and config types");
     }
 }
 

@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use cosi::{ResourceDefinition, ResourceSpec};
 
@@ -20,24 +19,7 @@ pub struct Config {
 }
 
 /// Why networkd stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The socket path is unusable.
-    #[error("cannot create a stated client for {socket}")]
-    Client {
-        /// The socket.
-        socket: PathBuf,
-        /// The cause.
-        #[source]
-        source: cosi::StateError,
-    },
-    /// Two controllers conflict (a bug).
-    #[error("cannot register the controllers")]
-    Register(#[source] cosi::runtime::RuntimeError),
-    /// The runtime itself failed (a bug).
-    #[error("controller runtime failed")]
-    Runtime(#[source] cosi::runtime::RuntimeError),
-}
+pub type Error = cosi::runtime::DaemonError;
 
 /// The definitions networkd writes: every network type, and its own `DHCP4Lease` and
 /// `DHCP6Lease`.
@@ -86,28 +68,20 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
 
 /// Writes the resource definitions of the network types (created, or updated when they
 /// differ), retrying while stated is unreachable. A refusal (the manifest does not let
-/// networkd define a type) is logged once and not retried.
+/// networkd define a type) is logged and not retried.
 async fn define_types(client: cosi::Client) {
-    let mut backoff = Duration::from_millis(100);
-    let definitions = definitions();
-    loop {
-        match client.define_types(&definitions, "networkd").await {
-            Ok(()) => break,
-            Err(e) if e.is_unavailable() => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot define the network resource types");
-                break;
-            }
-        }
+    if let Err(e) = client
+        .define_types_retrying(&definitions(), "networkd")
+        .await
+    {
+        tracing::warn!(error = %e, "cannot define the network resource types");
     }
-    tracing::debug!("resource definitions written");
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test]

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::controllers;
 
@@ -17,24 +16,7 @@ pub struct Config {
 }
 
 /// Why secretsd stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The socket path is unusable.
-    #[error("cannot create a stated client for {socket}")]
-    Client {
-        /// The socket.
-        socket: PathBuf,
-        /// The cause.
-        #[source]
-        source: cosi::StateError,
-    },
-    /// Two controllers conflict (a bug).
-    #[error("cannot register the controllers")]
-    Register(#[source] cosi::runtime::RuntimeError),
-    /// The runtime itself failed (a bug).
-    #[error("controller runtime failed")]
-    Runtime(#[source] cosi::runtime::RuntimeError),
-}
+pub type Error = cosi::runtime::DaemonError;
 
 /// Runs secretsd until `shutdown` completes. `ready` is called once, when the resource
 /// definitions are written (stated answered), before the controllers start.
@@ -73,21 +55,10 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
 }
 
 /// Writes the definitions of the secrets types, retrying while stated is unreachable. A
-/// refusal is logged once and not retried.
+/// refusal is logged and not retried.
 async fn define_types(client: cosi::Client) {
-    let mut backoff = Duration::from_millis(100);
     let definitions = machinery::resources::secrets::definitions();
-    loop {
-        match client.define_types(&definitions, "secretsd").await {
-            Ok(()) => break,
-            Err(e) if e.is_unavailable() => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot define the secrets resource types");
-                break;
-            }
-        }
+    if let Err(e) = client.define_types_retrying(&definitions, "secretsd").await {
+        tracing::warn!(error = %e, "cannot define the secrets resource types");
     }
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cosi::runtime::DaemonError;
 use cosi::ResourceSpec;
 use machinery::resources::secrets::{TrustdCertsSpec, NAMESPACE as SECRETS};
 use machinery::tls::{self, ServerCertificate};
@@ -37,21 +38,12 @@ pub struct Config {
 /// Why trustd stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The socket path is unusable.
-    #[error("cannot create a stated client for {socket}")]
-    Client {
-        /// The socket.
-        socket: PathBuf,
-        /// The cause.
-        #[source]
-        source: cosi::StateError,
-    },
-    /// Two controllers conflict (a bug).
-    #[error("cannot register the controllers")]
-    Register(#[source] cosi::runtime::RuntimeError),
-    /// The runtime itself failed (a bug).
-    #[error("controller runtime failed")]
-    Runtime(#[source] cosi::runtime::RuntimeError),
+    /// What every daemon's run may fail with.
+    #[error(transparent)]
+    Daemon(#[from] cosi::runtime::DaemonError),
+    /// The controller runtime's task panicked (a bug).
+    #[error("controller runtime task failed: {0}")]
+    Join(String),
     /// The TLS configuration cannot be made (a bug).
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
@@ -66,7 +58,7 @@ pub enum Error {
 ///
 /// [`Error`]; an unreachable stated or a busy port is not an error: trustd waits and retries.
 pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) -> Result<(), Error> {
-    let client = cosi::Client::new(&config.socket).map_err(|source| Error::Client {
+    let client = cosi::Client::new(&config.socket).map_err(|source| DaemonError::Client {
         socket: config.socket.clone(),
         source,
     })?;
@@ -80,7 +72,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
             signer.clone(),
             serving_tx,
         ))
-        .map_err(Error::Register)?;
+        .map_err(DaemonError::Register)?;
     let (stop_tx, stop) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -127,7 +119,10 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
         }
     };
     let _ = stop_tx.send(true);
-    let runtime = runtime.await.unwrap_or(Ok(())).map_err(Error::Runtime);
+    let runtime = match runtime.await {
+        Ok(r) => r.map_err(|e| Error::Daemon(DaemonError::Runtime(e))),
+        Err(e) => Err(Error::Join(e.to_string())),
+    };
     tracing::info!("trustd stopped");
     served.and(runtime)
 }

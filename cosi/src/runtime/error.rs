@@ -110,3 +110,24 @@ pub enum RuntimeError {
     #[error("controller runtime task failed")]
     Task(#[source] tokio::task::JoinError),
 }
+
+/// Why a daemon built on the runtime stopped: what every daemon's `run` shares (networkd,
+/// secretsd, trustd).
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The socket path is unusable.
+    #[error("cannot create a stated client for {socket}")]
+    Client {
+        /// The socket.
+        socket: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: StateError,
+    },
+    /// Two controllers conflict (a bug).
+    #[error("cannot register the controllers")]
+    Register(#[source] RuntimeError),
+    /// The runtime itself failed (a bug).
+    #[error("controller runtime failed")]
+    Runtime(#[source] RuntimeError),
+}

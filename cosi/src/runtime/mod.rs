@@ -40,7 +40,7 @@ use crate::client::Client;
 
 pub use context::{Context, Waker};
 pub use controller::{Action, Controller, Input, InputKind, Output, OutputKind};
-pub use error::{ReconcileError, RuntimeError};
+pub use error::{DaemonError, ReconcileError, RuntimeError};
 pub use graph::{DependencyGraph, Edge, EdgeKind};
 pub use task::{PENDING_POLL, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
 
