@@ -6,6 +6,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/v1alpha1/meta.proto",
         "proto/v1alpha1/init.proto",
         "proto/security/security.proto",
+        "proto/google/rpc/status.proto",
+        "proto/common/common.proto",
+        "proto/machine/machine.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

@@ -144,17 +144,23 @@ impl Watch {
     }
 }
 
+/// A lazily connected gRPC channel to the Unix socket at `path` (stated's, init's control
+/// socket): connects on first use and again after the peer restarted.
+pub fn unix_channel(path: &Path) -> Channel {
+    let p = path.to_path_buf();
+    Endpoint::from_static("http://localhost")
+        .connect_timeout(Duration::from_secs(2))
+        .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+            let p = p.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
+        }))
+}
+
 impl Client {
     /// A client of the stated listening at `path`. Connects lazily: this fails only on a bad path.
     pub fn new(path: impl AsRef<Path>) -> Result<Self, StateError> {
         let path = path.as_ref().to_path_buf();
-        let p = path.clone();
-        let channel = Endpoint::from_static("http://stated.local")
-            .connect_timeout(Duration::from_secs(2))
-            .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
-                let p = p.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
-            }));
+        let channel = unix_channel(&path);
         let inner = StateClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);

@@ -13,11 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use proto::init::init_client::InitClient;
 use proto::init::{ListRequest, Service};
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// True when the tests may switch uids, create namespaces and sandboxes.
 pub fn is_root() -> bool {
@@ -38,13 +36,7 @@ pub fn target_dir() -> PathBuf {
 
 /// A client of init's control socket at `path`.
 pub fn control_client(path: &Path) -> InitClient<Channel> {
-    let p = path.to_path_buf();
-    let channel = Endpoint::from_static("http://init.local")
-        .connect_timeout(Duration::from_secs(2))
-        .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
-            let p = p.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
-        }));
+    let channel = cosi::unix_channel(path);
     InitClient::new(channel)
 }
 

@@ -13,10 +13,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub use rustls;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::UnixTime;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -114,23 +118,115 @@ fn roots(cas: &[Certificate]) -> Result<RootCertStore, TlsError> {
     Ok(store)
 }
 
+/// The CAs whose client certificates a server accepts, replaceable while it runs (apid's
+/// accepted OS CAs change when secretsd republishes them). Until some are set, every client is
+/// refused. On top of the chain, the client's certificate must be for client authentication
+/// only: its extended key usage must say client authentication and nothing else (upstream's
+/// `verifyExtKeyUsage`), so that a node's server certificate cannot log in.
+#[derive(Clone, Debug, Default)]
+pub struct ClientCas(Arc<RwLock<Option<Arc<dyn ClientCertVerifier>>>>);
+
+impl ClientCas {
+    /// Accepts clients of `cas` from the next handshake on.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] when there is no CA or one cannot be used; the previous CAs stay.
+    pub fn set(&self, cas: &[Certificate]) -> Result<(), TlsError> {
+        if cas.is_empty() {
+            return Err(TlsError::Credentials("no client CA".into()));
+        }
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots(cas)?), provider())
+                .build()
+                .map_err(|e| TlsError::Config(e.to_string()))?;
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(verifier);
+        Ok(())
+    }
+
+    /// Accepts no client any more.
+    pub fn clear(&self) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn current(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl ClientCertVerifier for ClientCas {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // The hints would have to outlive a swap of the CAs; clients send their certificate
+        // without them (Go's and rustls's do).
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verifier = self
+            .current()
+            .ok_or_else(|| rustls::Error::General("no client CA is configured yet".into()))?;
+        let verified = verifier.verify_client_cert(end_entity, intermediates, now)?;
+        let info = Certificate::from_der(end_entity.as_ref())
+            .and_then(|c| c.info())
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        if !info.client_auth || info.server_auth || info.other_usages {
+            return Err(rustls::Error::InvalidCertificate(
+                CertificateError::InvalidPurpose,
+            ));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        // The servers speak TLS 1.3 only.
+        Err(rustls::Error::PeerIncompatible(
+            rustls::PeerIncompatible::Tls13RequiredForQuic,
+        ))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &provider().signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
 /// A TLS 1.3 server configuration presenting `cert`; with `client_cas`, every client must
-/// present a certificate that chains to one of them (apid), else none is asked (trustd).
+/// present a client certificate that chains to one of them (apid), else none is asked
+/// (trustd).
 pub fn server_config(
     cert: ServerCertificate,
-    client_cas: Option<&[Certificate]>,
+    client_cas: Option<ClientCas>,
 ) -> Result<ServerConfig, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TlsError::Config(e.to_string()))?;
     let builder = match client_cas {
-        Some(cas) => {
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(cas)?), provider())
-                    .build()
-                    .map_err(|e| TlsError::Config(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(cas) => builder.with_client_cert_verifier(Arc::new(cas)),
         None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(Arc::new(cert));

@@ -5,7 +5,8 @@
 use std::time::{Duration, SystemTime};
 
 use machinery::secrets::x509::{self, KeyAlgorithm, LeafRequest, Subject};
-use machinery::tls::{certified_key, client_config, server_config, ServerCertificate};
+use machinery::tls::rustls;
+use machinery::tls::{certified_key, client_config, server_config, ClientCas, ServerCertificate};
 
 fn ca() -> (x509::Certificate, x509::PrivateKey) {
     x509::self_signed_ca(
@@ -48,7 +49,10 @@ fn configs_are_tls_1_3_only_and_speak_h2() {
     let (ca_crt, _) = ca();
     let cert = ServerCertificate::default();
     assert!(!cert.is_set());
-    let s = server_config(cert, Some(std::slice::from_ref(&ca_crt))).unwrap();
+    let cas = ClientCas::default();
+    cas.set(std::slice::from_ref(&ca_crt)).unwrap();
+    assert!(cas.set(&[]).is_err(), "an empty CA list is refused");
+    let s = server_config(cert, Some(cas)).unwrap();
     assert_eq!(s.alpn_protocols, [b"h2".to_vec()]);
     assert_eq!(s.send_tls13_tickets, 0);
     let c = client_config(&[ca_crt], None).unwrap();
@@ -91,4 +95,108 @@ fn a_csr_signed_by_trustds_rules_loses_its_organization_and_client_use() {
         Duration::from_secs(1)
     )
     .is_err());
+}
+
+/// Runs a TLS handshake in memory between a server accepting clients of `client_ca` and a
+/// client presenting `identity`: Ok when both sides complete it.
+fn handshake(
+    server_ca: (&x509::Certificate, &x509::PrivateKey),
+    cas: &ClientCas,
+    identity: Option<(&str, &str)>,
+) -> Result<(), String> {
+    use std::sync::Arc;
+    let (srv_crt, srv_key) = LeafRequest {
+        ips: vec!["127.0.0.1".parse().unwrap()],
+        extended: vec![x509::ExtendedUsage::ServerAuth],
+        ..LeafRequest::default()
+    }
+    .issue(server_ca, SystemTime::now(), Duration::from_secs(600))
+    .unwrap();
+    let cert = ServerCertificate::default();
+    cert.set(certified_key(&srv_crt.to_pem(), &srv_key.to_pem().unwrap()).unwrap());
+    let scfg = Arc::new(server_config(cert, Some(cas.clone())).unwrap());
+    let ccfg = Arc::new(client_config(std::slice::from_ref(server_ca.0), identity).unwrap());
+    let mut server = rustls::ServerConnection::new(scfg).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut client = rustls::ClientConnection::new(ccfg, name).unwrap();
+    for _ in 0..20 {
+        let mut buf = Vec::new();
+        while client.wants_write() {
+            client.write_tls(&mut buf).unwrap();
+        }
+        if !buf.is_empty() {
+            server.read_tls(&mut buf.as_slice()).unwrap();
+            server
+                .process_new_packets()
+                .map_err(|e| format!("server: {e}"))?;
+        }
+        let mut buf = Vec::new();
+        while server.wants_write() {
+            server.write_tls(&mut buf).unwrap();
+        }
+        if !buf.is_empty() {
+            client.read_tls(&mut buf.as_slice()).unwrap();
+            client
+                .process_new_packets()
+                .map_err(|e| format!("client: {e}"))?;
+        }
+        if !client.is_handshaking() && !server.is_handshaking() {
+            return Ok(());
+        }
+    }
+    Err("handshake did not finish".into())
+}
+
+fn client_leaf(
+    ca: (&x509::Certificate, &x509::PrivateKey),
+    extended: Vec<x509::ExtendedUsage>,
+) -> (String, String) {
+    let (crt, key) = LeafRequest {
+        subject: Subject {
+            organizations: vec!["os:admin".into()],
+            common_name: None,
+        },
+        extended,
+        ..LeafRequest::default()
+    }
+    .issue(ca, SystemTime::now(), Duration::from_secs(600))
+    .unwrap();
+    (crt.to_pem(), key.to_pem().unwrap())
+}
+
+#[test]
+fn clients_need_a_client_certificate_of_an_accepted_ca() {
+    let (ca_crt, ca_key) = ca();
+    let (other_crt, other_key) = ca();
+    let cas = ClientCas::default();
+    let ok = client_leaf((&ca_crt, &ca_key), vec![x509::ExtendedUsage::ClientAuth]);
+    // No CA yet: nobody gets in.
+    let e = handshake((&ca_crt, &ca_key), &cas, Some((&ok.0, &ok.1))).unwrap_err();
+    assert!(e.contains("server"), "{e}");
+    cas.set(std::slice::from_ref(&ca_crt)).unwrap();
+    handshake((&ca_crt, &ca_key), &cas, Some((&ok.0, &ok.1))).unwrap();
+    // No certificate, a foreign CA's, a server certificate, a certificate for both uses.
+    assert!(handshake((&ca_crt, &ca_key), &cas, None).is_err());
+    let foreign = client_leaf(
+        (&other_crt, &other_key),
+        vec![x509::ExtendedUsage::ClientAuth],
+    );
+    let e = handshake((&ca_crt, &ca_key), &cas, Some((&foreign.0, &foreign.1))).unwrap_err();
+    assert!(e.contains("server"), "{e}");
+    let server = client_leaf((&ca_crt, &ca_key), vec![x509::ExtendedUsage::ServerAuth]);
+    assert!(handshake((&ca_crt, &ca_key), &cas, Some((&server.0, &server.1))).is_err());
+    let both = client_leaf(
+        (&ca_crt, &ca_key),
+        vec![
+            x509::ExtendedUsage::ServerAuth,
+            x509::ExtendedUsage::ClientAuth,
+        ],
+    );
+    let e = handshake((&ca_crt, &ca_key), &cas, Some((&both.0, &both.1))).unwrap_err();
+    assert!(e.contains("purpose") || e.contains("Purpose"), "{e}");
+    // The CAs swap in place: the foreign client gets in, the first one no longer does.
+    cas.set(std::slice::from_ref(&other_crt)).unwrap();
+    let e = handshake((&ca_crt, &ca_key), &cas, Some((&ok.0, &ok.1)));
+    assert!(e.is_err());
+    handshake((&ca_crt, &ca_key), &cas, Some((&foreign.0, &foreign.1))).unwrap();
 }

@@ -24,5 +24,22 @@ pub mod securityapi {
     tonic::include_proto!("securityapi");
 }
 
+/// `google.rpc`: the status embedded in `common.Metadata`.
+pub mod google {
+    pub mod rpc {
+        tonic::include_proto!("google.rpc");
+    }
+}
+
+/// `common`: upstream Talos's shared reply metadata and data messages.
+pub mod common {
+    tonic::include_proto!("common");
+}
+
+/// `machine`: the subset of upstream Talos's MachineService that apid serves.
+pub mod machine {
+    tonic::include_proto!("machine");
+}
+
 pub use prost_types::Timestamp;
 pub use resource::*;

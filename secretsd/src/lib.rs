@@ -7,3 +7,5 @@
 
 pub mod controllers;
 pub mod run;
+#[cfg(feature = "testing")]
+pub mod testing;

@@ -3,28 +3,19 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use hyper_util::rt::TokioIo;
 use proto::init::init_client::InitClient;
 use proto::init::{ListRequest, Service, ServiceRequest};
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Where init's control socket is on a node.
 pub const DEFAULT_INIT_SOCKET: &str = "/run/init/init.sock";
 
 /// A client of init's control socket at `path` (connects on first use).
 pub fn connect(path: &Path) -> anyhow::Result<InitClient<Channel>> {
-    let p = path.to_path_buf();
-    let channel = Endpoint::from_static("http://init.local")
-        .connect_timeout(Duration::from_secs(2))
-        .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
-            let p = p.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(p).await?)) }
-        }));
+    let channel = cosi::unix_channel(path);
     Ok(InitClient::new(channel))
 }
 

@@ -8,14 +8,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cosi::{Resource, ResourceSpec};
-use machinery::config::generate::{generate, Input};
-use machinery::config::MachineType;
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS};
-use machinery::resources::network::{
-    filtered_node_address_id, HostnameStatusSpec, NodeAddressSpec, StatusSpec, FILTER_NO_K8S,
-    HOSTNAME_ID, NAMESPACE as NETWORK_NS, NODE_ADDRESS_ACCUMULATIVE_ID, STATUS_ID,
-};
 use machinery::secrets::x509::{self, Certificate, KeyAlgorithm, LeafRequest, Subject};
 use machinery::secrets::Bundle;
 use machinery::tls;
@@ -36,88 +28,13 @@ struct Cp {
     _stop: (oneshot::Sender<()>, oneshot::Sender<()>),
 }
 
-async fn put<S: ResourceSpec>(c: &cosi::Client, ns: &str, id: &str, spec: S) {
-    let raw = Resource::new(ns, id, spec).to_raw().unwrap();
-    match c.get(ns, S::TYPE, id).await {
-        Ok(cur) => {
-            let mut raw = raw;
-            raw.metadata.version = cur.metadata.version;
-            c.update(&raw, "", None).await.unwrap();
-        }
-        Err(_) => {
-            c.create(&raw, "").await.unwrap();
-        }
-    }
-}
-
-async fn addresses(c: &cosi::Client, addrs: &[&str]) {
-    put(
-        c,
-        NETWORK_NS,
-        &filtered_node_address_id(NODE_ADDRESS_ACCUMULATIVE_ID, FILTER_NO_K8S),
-        NodeAddressSpec {
-            addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(),
-            ..NodeAddressSpec::default()
-        },
-    )
-    .await;
-}
-
 /// A control plane: stated, secretsd's controllers (config with 127.0.0.1 in the certSANs,
 /// network inputs as networkd would write them) and trustd on a free loopback port.
 async fn control_plane() -> Cp {
     let harness = Harness::start().await;
     let client = harness.client.clone();
     let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
-    let mut config = generate(
-        &Input::new("demo", "https://10.5.0.2:6443", &bundle),
-        MachineType::ControlPlane,
-    )
-    .unwrap();
-    config
-        .v1alpha1
-        .as_mut()
-        .and_then(|d| d.machine.as_mut())
-        .unwrap()
-        .cert_sans = vec!["127.0.0.1".into()];
-    put(
-        &client,
-        CONFIG_NS,
-        ACTIVE_ID,
-        MachineConfigSpec(config.to_yaml().unwrap()),
-    )
-    .await;
-    put(
-        &client,
-        NETWORK_NS,
-        STATUS_ID,
-        StatusSpec {
-            address_ready: true,
-            connectivity_ready: true,
-            hostname_ready: true,
-            etc_files_ready: true,
-            unapplied: vec![],
-        },
-    )
-    .await;
-    put(
-        &client,
-        NETWORK_NS,
-        HOSTNAME_ID,
-        HostnameStatusSpec {
-            hostname: "cp-1".into(),
-            domainname: String::new(),
-        },
-    )
-    .await;
-    addresses(&client, &["10.5.0.2/24"]).await;
-
-    let runtime = cosi::Runtime::with_registry(
-        client.clone(),
-        secretsd::controllers::registry(&secretsd::controllers::Options::default()).unwrap(),
-    );
-    let (stop_secretsd, rx) = oneshot::channel::<()>();
-    tokio::spawn(async move { runtime.run(rx).await.unwrap() });
+    let stop_secretsd = secretsd::testing::control_plane(&client, &bundle).await;
 
     let addr = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -356,7 +273,7 @@ async fn a_reissued_certificate_is_served_from_the_next_handshake() {
     // 10.6.0.2 is no name of trustd's certificate yet.
     let s = raw_call(&cp, "10.6.0.2", Some(&good), worker_csr().into_bytes()).await;
     assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
-    addresses(&cp.client, &["10.5.0.2/24", "10.6.0.2/24"]).await;
+    secretsd::testing::addresses(&cp.client, &["10.5.0.2/24", "10.6.0.2/24"]).await;
     let config = Arc::new(tls::client_config(&[os_ca(&cp.bundle)], None).unwrap());
     let end = Instant::now() + T;
     loop {

@@ -268,6 +268,13 @@ impl Certificate {
         Ok(Certificate { der })
     }
 
+    /// Reads one DER certificate (what a TLS peer presents).
+    pub fn from_der(der: &[u8]) -> Result<Certificate, SecretsError> {
+        x509_parser::parse_x509_certificate(der)
+            .map_err(|e| SecretsError::Certificate(e.to_string()))?;
+        Ok(Certificate { der: der.to_vec() })
+    }
+
     /// The DER.
     pub fn der(&self) -> &[u8] {
         &self.der
@@ -497,6 +504,9 @@ pub struct CertificateInfo {
     pub server_auth: bool,
     /// Extended key usage: client authentication.
     pub client_auth: bool,
+    /// Extended key usages other than server and client authentication (any, code signing,
+    /// e-mail, time stamping, OCSP, or an OID of another kind).
+    pub other_usages: bool,
 }
 
 impl CertificateInfo {
@@ -542,10 +552,18 @@ impl Certificate {
             is_ca: cert.is_ca(),
             server_auth: false,
             client_auth: false,
+            other_usages: false,
         };
         if let Ok(Some(eku)) = cert.extended_key_usage() {
-            info.server_auth = eku.value.server_auth;
-            info.client_auth = eku.value.client_auth;
+            let e = eku.value;
+            info.server_auth = e.server_auth;
+            info.client_auth = e.client_auth;
+            info.other_usages = e.any
+                || e.code_signing
+                || e.email_protection
+                || e.time_stamping
+                || e.ocsp_signing
+                || !e.other.is_empty();
         }
         if let Ok(Some(san)) = cert.subject_alternative_name() {
             for name in &san.value.general_names {

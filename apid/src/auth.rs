@@ -1,0 +1,279 @@
+//! Who is calling and what they may call: roles from the client certificate's Organization, as
+//! upstream (`pkg/machinery/role`, `authz.Injector` in mode Enabled), and upstream's per-method
+//! rules (`machined.go`'s rules table), enforced by one layer in front of every service so that
+//! no handler can forget the check. A method the table does not name is admin-only, as upstream.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use machinery::secrets::x509::Certificate;
+use machinery::tls::ConnectInfo;
+use tonic::body::Body;
+use tonic::Status;
+
+/// Everything.
+pub const ADMIN: &str = "os:admin";
+/// Reader, plus management that exposes no secret (reboot, services).
+pub const OPERATOR: &str = "os:operator";
+/// Read-only APIs that expose no secret.
+pub const READER: &str = "os:reader";
+/// etcd snapshots and etcd reads.
+pub const ETCD_BACKUP: &str = "os:etcd:backup";
+/// The holder's roles are replaced by those in the `talos-role` metadata (apid to apid).
+pub const IMPERSONATOR: &str = "os:impersonator";
+
+/// The roles upstream knows; others are kept (forward compatibility) but grant nothing.
+pub const KNOWN: &[&str] = &[
+    ADMIN,
+    OPERATOR,
+    READER,
+    ETCD_BACKUP,
+    "os:image:verifier",
+    "os:meta:writer",
+    IMPERSONATOR,
+];
+
+/// The metadata key carrying the roles of a forwarded request.
+pub const ROLE_METADATA: &str = "talos-role";
+
+/// The roles of a caller.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Roles(BTreeSet<String>);
+
+impl Roles {
+    /// Roles as upstream's `role.Parse`: trimmed, empty ones skipped.
+    pub fn parse<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
+        Roles(
+            values
+                .into_iter()
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+
+    /// Whether the caller has `role`.
+    pub fn has(&self, role: &str) -> bool {
+        self.0.contains(role)
+    }
+
+    /// Whether the caller is an admin.
+    pub fn is_admin(&self) -> bool {
+        self.has(ADMIN)
+    }
+
+    /// Whether any of the caller's roles is in `allowed`.
+    pub fn any_of(&self, allowed: &[&str]) -> bool {
+        allowed.iter().any(|r| self.has(r))
+    }
+
+    /// The roles, sorted.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+}
+
+impl fmt::Display for Roles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("no role");
+        }
+        f.write_str(&self.iter().collect::<Vec<_>>().join(", "))
+    }
+}
+
+/// The roles of a request: the Organization values of the client's certificate; with
+/// `os:impersonator` among them and `talos-role` metadata present, the metadata's values
+/// instead (how one apid forwards its user's roles to another).
+///
+/// # Errors
+///
+/// UNAUTHENTICATED without a client certificate (the handshake requires one, so only a bug
+/// gets here) or with one that does not parse.
+pub fn roles_of(info: Option<&ConnectInfo>, metadata: &http::HeaderMap) -> Result<Roles, Status> {
+    let leaf = info
+        .and_then(|i| i.peer_certificates.first())
+        .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+    let cert = Certificate::from_der(leaf.as_ref())
+        .and_then(|c| c.info())
+        .map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))?;
+    let roles = Roles::parse(cert.organizations.iter().map(String::as_str));
+    if roles.has(IMPERSONATOR) {
+        let forwarded: Vec<&str> = metadata
+            .get_all(ROLE_METADATA)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .collect();
+        if !forwarded.is_empty() {
+            return Ok(Roles::parse(forwarded));
+        }
+    }
+    Ok(roles)
+}
+
+const A: &str = ADMIN;
+const O: &str = OPERATOR;
+const R: &str = READER;
+const E: &str = ETCD_BACKUP;
+
+/// Upstream's rules for the methods apid serves (api-pki.md §1.2): the roles any one of which
+/// allows the call. Anything else is [`ADMIN`] only.
+const RULES: &[(&str, &[&str])] = &[
+    ("/machine.MachineService/Hostname", &[A, O, R]),
+    ("/machine.MachineService/Logs", &[A, O, R]),
+    ("/machine.MachineService/Reboot", &[A, O]),
+    ("/machine.MachineService/ServiceList", &[A, O, R]),
+    ("/machine.MachineService/ServiceRestart", &[A, O]),
+    ("/machine.MachineService/ServiceStart", &[A, O]),
+    ("/machine.MachineService/ServiceStop", &[A, O]),
+    ("/machine.MachineService/Shutdown", &[A, O]),
+    ("/machine.MachineService/Version", &[A, O, R]),
+    ("/machine.MachineService/EtcdMemberList", &[A, O, R, E]),
+    ("/machine.MachineService/EtcdSnapshot", &[A, O, E]),
+    ("/machine.MachineService/EtcdStatus", &[A, O, R, E]),
+    ("/machine.MachineService/EtcdAlarmList", &[A, O, R, E]),
+    ("/cosi.resource.State/Get", &[A, O, R]),
+    ("/cosi.resource.State/List", &[A, O, R]),
+    ("/cosi.resource.State/Watch", &[A, O, R]),
+];
+
+/// The roles that may call `method` (a gRPC path, `/package.Service/Method`).
+pub fn allowed(method: &str) -> &'static [&'static str] {
+    RULES
+        .iter()
+        .find(|(m, _)| *m == method)
+        .map(|(_, roles)| *roles)
+        .unwrap_or(&[A])
+}
+
+/// Checks that `roles` may call `method`.
+///
+/// # Errors
+///
+/// PERMISSION_DENIED, naming the roles that would do.
+pub fn authorize(method: &str, roles: &Roles) -> Result<(), Status> {
+    let allowed = allowed(method);
+    if roles.any_of(allowed) {
+        return Ok(());
+    }
+    Err(Status::permission_denied(format!(
+        "not authorized: {method} needs {}; the client has {roles}",
+        allowed.join(" or ")
+    )))
+}
+
+/// The layer that authenticates and authorizes every request before any service sees it, and
+/// hands the caller's [`Roles`] to the handler in the request's extensions.
+#[derive(Clone, Debug, Default)]
+pub struct AuthzLayer;
+
+impl<S> tower::Layer<S> for AuthzLayer {
+    type Service = Authz<S>;
+
+    fn layer(&self, inner: S) -> Authz<S> {
+        Authz { inner }
+    }
+}
+
+/// See [`AuthzLayer`].
+#[derive(Clone, Debug)]
+pub struct Authz<S> {
+    inner: S,
+}
+
+impl<S> tower::Service<http::Request<Body>> for Authz<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
+        let method = req.uri().path().to_string();
+        let checked = roles_of(req.extensions().get::<ConnectInfo>(), req.headers())
+            .and_then(|roles| authorize(&method, &roles).map(|()| roles));
+        match checked {
+            Ok(roles) => {
+                req.extensions_mut().insert(Arc::new(roles));
+                let fut = self.inner.call(req);
+                Box::pin(fut)
+            }
+            Err(status) => {
+                let remote = req
+                    .extensions()
+                    .get::<ConnectInfo>()
+                    .map(|i| i.remote.to_string())
+                    .unwrap_or_default();
+                tracing::info!(%remote, %method, error = %status.message(), "request refused");
+                Box::pin(async move { Ok(status.into_http()) })
+            }
+        }
+    }
+}
+
+/// The caller's roles, as [`AuthzLayer`] found them.
+///
+/// # Errors
+///
+/// UNAUTHENTICATED when the layer did not run (a bug).
+pub fn caller<T>(req: &tonic::Request<T>) -> Result<Arc<Roles>, Status> {
+    req.extensions()
+        .get::<Arc<Roles>>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("the caller's roles are unknown"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_are_trimmed_and_empty_ones_skipped() {
+        let r = Roles::parse([" os:reader ", "", "os:future"]);
+        assert!(r.has(READER));
+        assert!(r.has("os:future"));
+        assert_eq!(r.iter().count(), 2);
+        assert_eq!(Roles::parse([""]).to_string(), "no role");
+    }
+
+    #[test]
+    fn unknown_methods_are_admin_only() {
+        assert_eq!(allowed("/machine.MachineService/Read"), &[ADMIN]);
+        assert_eq!(allowed("/cosi.resource.State/Create"), &[ADMIN]);
+        let reader = Roles::parse([READER]);
+        let operator = Roles::parse([OPERATOR]);
+        authorize("/machine.MachineService/Version", &reader).unwrap();
+        authorize("/cosi.resource.State/List", &reader).unwrap();
+        let e = authorize("/machine.MachineService/Reboot", &reader).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(
+            e.message().contains("os:admin or os:operator"),
+            "{}",
+            e.message()
+        );
+        authorize("/machine.MachineService/Reboot", &operator).unwrap();
+        assert!(authorize("/cosi.resource.State/Update", &operator).is_err());
+        assert!(authorize("/machine.MachineService/Version", &Roles::default()).is_err());
+        authorize("/anything/Else", &Roles::parse([ADMIN])).unwrap();
+        // An impersonator is nobody until it names the roles it forwards.
+        assert!(authorize(
+            "/machine.MachineService/Version",
+            &Roles::parse([IMPERSONATOR])
+        )
+        .is_err());
+    }
+}

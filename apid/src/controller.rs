@@ -1,0 +1,140 @@
+//! `apid.CertificateController`: keeps apid's serving certificate, the client CAs it accepts
+//! and its own client identity (for forwarding to other nodes) equal to what secretsd
+//! publishes in `ApiCertificates/api`. New values apply from the next handshake on; nothing is
+//! restarted, open connections keep theirs.
+
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+
+use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
+use machinery::resources::secrets::{ApiCertsSpec, API_ID, NAMESPACE};
+use machinery::secrets::x509::Certificate;
+use machinery::tls::{certified_key, ClientCas, ServerCertificate};
+use tokio::sync::watch;
+
+/// What apid presents and accepts.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    /// The serving certificate.
+    pub server: ServerCertificate,
+    /// The CAs of accepted clients.
+    pub client_cas: ClientCas,
+    /// The accepted CAs and apid's own client certificate and key (PEM), for calls to other
+    /// nodes' apid; a control plane has one, a worker none.
+    pub identity: Arc<RwLock<Option<Identity>>>,
+}
+
+/// apid's credentials as a client of other nodes.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// CAs a peer's serving certificate must chain to.
+    pub cas: Vec<Certificate>,
+    /// The client certificate (`os:impersonator`).
+    pub crt: String,
+    /// Its key.
+    pub key: String,
+}
+
+/// `apid.CertificateController`.
+#[derive(Debug)]
+pub struct CertificateController {
+    creds: Credentials,
+    serving: watch::Sender<bool>,
+    reported: Option<String>,
+}
+
+impl CertificateController {
+    /// A controller updating `creds`, and saying on `serving` whether apid has what it needs
+    /// to serve (a certificate and accepted CAs).
+    pub fn new(creds: Credentials, serving: watch::Sender<bool>) -> Self {
+        Self {
+            creds,
+            serving,
+            reported: None,
+        }
+    }
+
+    fn report(&mut self, problem: Option<String>) {
+        if problem != self.reported {
+            if let Some(p) = &problem {
+                tracing::error!(problem = %p, "unusable API certificates; keeping the last good ones");
+            }
+            self.reported = problem;
+        }
+    }
+
+    async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let spec = ctx
+            .get::<ApiCertsSpec>(NAMESPACE, API_ID)
+            .await?
+            .map(|r| r.spec)
+            .unwrap_or_default();
+        let mut problems = Vec::new();
+        match &spec.server {
+            Some(s) => match certified_key(&s.crt, &s.key) {
+                Ok(ck) => self.creds.server.set(ck),
+                Err(e) => problems.push(format!("server certificate: {e}")),
+            },
+            None => self.creds.server.clear(),
+        }
+        let cas: Result<Vec<Certificate>, _> = spec
+            .accepted_cas
+            .iter()
+            .map(|c| Certificate::from_pem(c.crt.as_bytes()))
+            .collect();
+        let cas = match cas {
+            Ok(cas) if cas.is_empty() => {
+                self.creds.client_cas.clear();
+                cas
+            }
+            Ok(cas) => {
+                if let Err(e) = self.creds.client_cas.set(&cas) {
+                    problems.push(format!("accepted CAs: {e}"));
+                }
+                cas
+            }
+            Err(e) => {
+                problems.push(format!("accepted CAs: {e}"));
+                Vec::new()
+            }
+        };
+        let identity = match &spec.client {
+            Some(c) if !cas.is_empty() => Some(Identity {
+                cas,
+                crt: c.crt.clone(),
+                key: c.key.clone(),
+            }),
+            _ => None,
+        };
+        *self
+            .creds
+            .identity
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = identity;
+        self.report((!problems.is_empty()).then(|| problems.join("; ")));
+        self.serving
+            .send_replace(self.creds.server.is_set() && !spec.accepted_cas.is_empty());
+        Ok(Action::AwaitChange)
+    }
+}
+
+impl Controller for CertificateController {
+    fn name(&self) -> &'static str {
+        "apid.CertificateController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak::<ApiCertsSpec>(NAMESPACE).with_id(API_ID)]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        Vec::new()
+    }
+
+    fn reconcile<'a>(
+        &'a mut self,
+        ctx: &'a mut Context,
+    ) -> impl Future<Output = Result<Action, ReconcileError>> + Send + 'a {
+        self.run(ctx)
+    }
+}

@@ -1,0 +1,16 @@
+//! apid: the Talos API of a talos-rs node on TCP 50000, mutual TLS 1.3.
+//!
+//! - [`auth`]: roles from the client certificate and upstream's per-method rules, one layer in
+//!   front of every service;
+//! - [`state`]: `cosi.resource.State`, read-only, with upstream's access filter;
+//! - [`machine`]: the part of `machine.MachineService` that exists on a talos-rs node;
+//! - [`controller`]: the serving certificate and accepted CAs, from secretsd's resources;
+//! - [`run`]: the daemon.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod controller;
+pub mod machine;
+pub mod run;
+pub mod state;

@@ -1,0 +1,296 @@
+//! `machine.MachineService`, the part that exists on a talos-rs node: version, hostname,
+//! services and their logs, reboot and shutdown. Process control goes to init's control
+//! socket (the one call that is not a resource, DESIGN.md §1); the rest is read from stated.
+//! While stated is down, Version and the service calls keep answering (init does not need
+//! stated); Hostname says stated is not answering.
+
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use machinery::resources::network::{HostnameStatusSpec, HOSTNAME_ID, NAMESPACE as NETWORK};
+use machinery::resources::runtime::{MachineStatusSpec, MACHINE_STATUS_ID, NAMESPACE as RUNTIME};
+use proto::common::Data;
+use proto::init::init_client::InitClient;
+use proto::init::{LogsRequest as InitLogs, PowerRequest, ServiceRequest};
+use proto::machine::machine_service_server::MachineService;
+use proto::machine::{
+    FeaturesInfo, Hostname, HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest,
+    RebootResponse, ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
+    ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
+    ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,
+    ShutdownRequest, ShutdownResponse, Version, VersionInfo, VersionResponse,
+};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+/// The version apid reports.
+pub const TAG: &str = concat!("v", env!("CARGO_PKG_VERSION"));
+
+/// The MachineService.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    init: InitClient<Channel>,
+    client: cosi::Client,
+}
+
+impl Machine {
+    /// The service over init's control socket and stated.
+    pub fn new(init: Channel, client: cosi::Client) -> Self {
+        Self {
+            init: InitClient::new(init),
+            client,
+        }
+    }
+}
+
+/// init's refusal or absence, as the caller should see it.
+fn from_init(s: Status) -> Status {
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::Unknown => Status::unavailable(format!(
+            "init's control socket is not answering apid: {}",
+            s.message()
+        )),
+        _ => s,
+    }
+}
+
+/// Go's name of the architecture (`GOARCH`), as upstream reports it.
+fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// Upstream's service state names: `Running`, `Waiting`, `Finished`...
+fn state_name(state: &str) -> String {
+    let mut c = state.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().chain(c).collect(),
+        None => "Unknown".into(),
+    }
+}
+
+fn service_info(s: proto::init::Service) -> ServiceInfo {
+    let state = state_name(&s.state);
+    ServiceInfo {
+        id: s.id,
+        state,
+        events: None,
+        health: Some(ServiceHealth {
+            unknown: !s.ready && s.state != "running",
+            healthy: s.healthy,
+            last_message: s.message,
+            last_change: None,
+        }),
+    }
+}
+
+type Streamed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl MachineService for Machine {
+    async fn version(&self, _: Request<()>) -> Result<Response<VersionResponse>, Status> {
+        // The platform is what init says it runs as; while stated is down it is not known.
+        let mode = self
+            .client
+            .get_typed::<MachineStatusSpec>(RUNTIME, MACHINE_STATUS_ID)
+            .await
+            .map(|m| m.spec.mode)
+            .unwrap_or_default();
+        let platform = match mode.as_str() {
+            "vm" => "metal",
+            "" => "unknown",
+            other => other,
+        };
+        Ok(Response::new(VersionResponse {
+            messages: vec![Version {
+                metadata: None,
+                version: Some(VersionInfo {
+                    tag: TAG.into(),
+                    sha: option_env!("TALOS_RS_SHA").unwrap_or("").into(),
+                    built: String::new(),
+                    go_version: String::new(),
+                    os: std::env::consts::OS.into(),
+                    arch: arch().into(),
+                }),
+                platform: Some(PlatformInfo {
+                    name: platform.into(),
+                    mode: platform.into(),
+                }),
+                features: Some(FeaturesInfo { rbac: true }),
+            }],
+        }))
+    }
+
+    async fn hostname(&self, _: Request<()>) -> Result<Response<HostnameResponse>, Status> {
+        let hostname = match self
+            .client
+            .get_typed::<HostnameStatusSpec>(NETWORK, HOSTNAME_ID)
+            .await
+        {
+            Ok(h) => h.spec.hostname,
+            Err(e) if e.is_not_found() => {
+                return Err(Status::not_found("the node has no hostname yet"))
+            }
+            Err(e) => {
+                return Err(Status::unavailable(format!(
+                    "stated is not answering apid: {e}"
+                )))
+            }
+        };
+        Ok(Response::new(HostnameResponse {
+            messages: vec![Hostname {
+                metadata: None,
+                hostname,
+            }],
+        }))
+    }
+
+    async fn service_list(&self, _: Request<()>) -> Result<Response<ServiceListResponse>, Status> {
+        let list = self
+            .init
+            .clone()
+            .list(proto::init::ListRequest {})
+            .await
+            .map_err(from_init)?
+            .into_inner();
+        Ok(Response::new(ServiceListResponse {
+            messages: vec![ServiceList {
+                metadata: None,
+                services: list.services.into_iter().map(service_info).collect(),
+            }],
+        }))
+    }
+
+    async fn service_start(
+        &self,
+        req: Request<ServiceStartRequest>,
+    ) -> Result<Response<ServiceStartResponse>, Status> {
+        let id = req.into_inner().id;
+        self.init
+            .clone()
+            .start(ServiceRequest { id: id.clone() })
+            .await
+            .map_err(from_init)?;
+        Ok(Response::new(ServiceStartResponse {
+            messages: vec![ServiceStart {
+                metadata: None,
+                resp: format!("Service {id:?} started"),
+            }],
+        }))
+    }
+
+    async fn service_stop(
+        &self,
+        req: Request<ServiceStopRequest>,
+    ) -> Result<Response<ServiceStopResponse>, Status> {
+        let id = req.into_inner().id;
+        self.init
+            .clone()
+            .stop(ServiceRequest { id: id.clone() })
+            .await
+            .map_err(from_init)?;
+        Ok(Response::new(ServiceStopResponse {
+            messages: vec![ServiceStop {
+                metadata: None,
+                resp: format!("Service {id:?} stopped"),
+            }],
+        }))
+    }
+
+    async fn service_restart(
+        &self,
+        req: Request<ServiceRestartRequest>,
+    ) -> Result<Response<ServiceRestartResponse>, Status> {
+        let id = req.into_inner().id;
+        self.init
+            .clone()
+            .restart(ServiceRequest { id: id.clone() })
+            .await
+            .map_err(from_init)?;
+        Ok(Response::new(ServiceRestartResponse {
+            messages: vec![ServiceRestart {
+                metadata: None,
+                resp: format!("Service {id:?} restarted"),
+            }],
+        }))
+    }
+
+    type LogsStream = Streamed<Data>;
+
+    /// A daemon's or service's output, one `Data` per line (with its newline). Container logs
+    /// (`k8s.io`, the CRI driver) do not exist on a talos-rs node yet.
+    async fn logs(&self, req: Request<LogsRequest>) -> Result<Response<Self::LogsStream>, Status> {
+        let r = req.into_inner();
+        if r.driver == proto::common::ContainerDriver::Cri as i32 || r.namespace == "k8s.io" {
+            return Err(Status::unimplemented(
+                "container logs: there is no container runtime on this node yet",
+            ));
+        }
+        let stream = self
+            .init
+            .clone()
+            .logs(InitLogs {
+                id: r.id,
+                tail: r.tail_lines,
+                follow: r.follow,
+            })
+            .await
+            .map_err(from_init)?
+            .into_inner();
+        let stream = stream.map(|line| {
+            line.map(|l| {
+                let mut bytes = l.line;
+                bytes.push(b'\n');
+                Data {
+                    metadata: None,
+                    bytes,
+                }
+            })
+            .map_err(from_init)
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn reboot(&self, _: Request<RebootRequest>) -> Result<Response<RebootResponse>, Status> {
+        self.init
+            .clone()
+            .reboot(PowerRequest {})
+            .await
+            .map_err(from_init)?;
+        Ok(Response::new(RebootResponse {
+            messages: vec![Reboot {
+                metadata: None,
+                actor_id: String::new(),
+            }],
+        }))
+    }
+
+    async fn shutdown(
+        &self,
+        _: Request<ShutdownRequest>,
+    ) -> Result<Response<ShutdownResponse>, Status> {
+        self.init
+            .clone()
+            .shutdown(PowerRequest {})
+            .await
+            .map_err(from_init)?;
+        Ok(Response::new(ShutdownResponse {
+            messages: vec![Shutdown {
+                metadata: None,
+                actor_id: String::new(),
+            }],
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn states_are_named_as_upstream() {
+        assert_eq!(super::state_name("running"), "Running");
+        assert_eq!(super::state_name(""), "Unknown");
+    }
+}

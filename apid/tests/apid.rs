@@ -1,0 +1,397 @@
+//! apid for real: a stated in process, secretsd's controllers minting apid's certificate from
+//! upstream's own secrets bundle, apid serving on loopback over mutual TLS 1.3, and clients
+//! with each role, with none, or with a foreign CA's certificate.
+//!
+//! Here apid reaches stated as root (the test's uid), so stated's own per-daemon grants do not
+//! apply: these tests are about apid's own rules. The node tests (init/tests/apid.rs) run apid
+//! under its uid and sandbox.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine as _;
+use machinery::secrets::x509::{self, KeyAlgorithm, LeafRequest, Subject};
+use machinery::secrets::Bundle;
+use machinery::tls;
+use proto::machine::machine_service_client::MachineServiceClient;
+use proto::state_client::StateClient;
+use proto::{CreateRequest, GetRequest, ListRequest, WatchRequest};
+use stated::testing::Harness;
+use tokio::sync::oneshot;
+use tonic::Code;
+
+const UPSTREAM: &str = include_str!("../../machinery/tests/data/upstream-secrets.yaml");
+const T: Duration = Duration::from_secs(30);
+
+struct Node {
+    _harness: Harness,
+    addr: SocketAddr,
+    bundle: Bundle,
+    _stop: (oneshot::Sender<()>, oneshot::Sender<()>),
+}
+
+async fn node() -> Node {
+    let harness = Harness::start().await;
+    let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
+    let stop_secretsd = secretsd::testing::control_plane(&harness.client, &bundle).await;
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let (stop_apid, rx) = oneshot::channel::<()>();
+    let config = apid::run::Config {
+        socket: harness.socket.clone(),
+        // No init here: the calls that need it say so.
+        init_socket: harness.socket.with_file_name("no-init.sock"),
+        listen: addr,
+        limits: tls::Limits::default(),
+    };
+    tokio::spawn(async move { apid::run::run(config, || {}, rx).await.unwrap() });
+    let end = Instant::now() + T;
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < end, "apid never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Node {
+        _harness: harness,
+        addr,
+        bundle,
+        _stop: (stop_secretsd, stop_apid),
+    }
+}
+
+fn pem(b64: &str) -> String {
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+impl Node {
+    fn os_ca(&self) -> x509::Certificate {
+        self.bundle.os_ca().unwrap().0
+    }
+
+    /// A client certificate of the OS CA with `role`.
+    fn identity(&self, role: &str) -> (String, String) {
+        let c = self
+            .bundle
+            .client_certificate(&[role.to_string()], SystemTime::now(), T * 100)
+            .unwrap();
+        (pem(&c.crt), pem(&c.key))
+    }
+
+    fn channel(&self, identity: Option<(String, String)>) -> tonic::transport::Channel {
+        let id = identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
+        let config = Arc::new(tls::client_config(&[self.os_ca()], id).unwrap());
+        tls::channel(self.addr, "127.0.0.1", config, Duration::from_secs(5)).unwrap()
+    }
+
+    fn as_role(&self, role: &str) -> tonic::transport::Channel {
+        self.channel(Some(self.identity(role)))
+    }
+}
+
+/// A refusal at the handshake: in TLS 1.3 the client learns it on its first read, as a
+/// transport error (Unknown), a connection closed under the call (Cancelled) or one that
+/// cannot be made (Unavailable): never an answer of apid's.
+fn refused_at_handshake(e: &tonic::Status) {
+    assert!(
+        matches!(
+            e.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled
+        ),
+        "{e:?}"
+    );
+    assert!(
+        format!("{e:?}").contains("tonic::transport::Error"),
+        "not a transport failure: {e:?}"
+    );
+}
+
+fn get(ns: &str, ty: &str, id: &str) -> GetRequest {
+    GetRequest {
+        namespace: ns.into(),
+        r#type: ty.into(),
+        id: id.into(),
+        options: None,
+    }
+}
+
+fn list(ns: &str, ty: &str) -> ListRequest {
+    ListRequest {
+        namespace: ns.into(),
+        r#type: ty.into(),
+        options: None,
+    }
+}
+
+async fn list_all(
+    c: &mut StateClient<tonic::transport::Channel>,
+    ns: &str,
+    ty: &str,
+) -> Result<Vec<proto::Resource>, tonic::Status> {
+    let mut s = c.list(list(ns, ty)).await?.into_inner();
+    let mut out = Vec::new();
+    while let Some(r) = s.message().await? {
+        out.extend(r.resource);
+    }
+    Ok(out)
+}
+
+const API_CERTS: &str = "ApiCertificates.secrets.talos.dev";
+const NODE_ADDRESSES: &str = "NodeAddresses.net.talos.dev";
+const DEFINITIONS: &str = "ResourceDefinitions.meta.cosi.dev";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_reads_everything_and_writes_nothing() {
+    let n = node().await;
+    let mut state = StateClient::new(n.as_role("os:admin"));
+    let r = state
+        .get(get("secrets", API_CERTS, "api"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.resource.unwrap().metadata.unwrap().id, "api");
+    assert!(!list_all(&mut state, "network", NODE_ADDRESSES)
+        .await
+        .unwrap()
+        .is_empty());
+    let e = state
+        .create(CreateRequest {
+            resource: None,
+            options: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert_eq!(e.message(), "write access is not allowed");
+    let v = MachineServiceClient::new(n.as_role("os:admin"))
+        .version(())
+        .await
+        .unwrap()
+        .into_inner();
+    let v = &v.messages[0];
+    assert_eq!(v.version.as_ref().unwrap().tag, apid::machine::TAG);
+    assert!(v.features.as_ref().unwrap().rbac);
+    let h = MachineServiceClient::new(n.as_role("os:admin"))
+        .hostname(())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(h.messages[0].hostname, "cp-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_reads_what_is_not_sensitive_and_sees_no_private_key() {
+    let n = node().await;
+    let mut state = StateClient::new(n.as_role("os:reader"));
+    let e = state
+        .get(get("secrets", API_CERTS, "api"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().starts_with("not authorized"), "{}", e.message());
+    let e = list_all(&mut state, "config", "MachineConfigs.config.talos.dev")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    // Every type the reader may list, in every namespace: no key, no token.
+    let defs = list_all(&mut state, "meta", DEFINITIONS).await.unwrap();
+    let namespaces = list_all(&mut state, "meta", "Namespaces.meta.cosi.dev")
+        .await
+        .unwrap();
+    assert!(defs.len() > 10, "{} definitions", defs.len());
+    let token = n.bundle.trustdinfo.as_ref().unwrap().token.clone();
+    let mut read = 0;
+    for def in defs {
+        let raw = cosi::RawResource::from_proto(def).unwrap();
+        let ty = cosi::Resource::<cosi::ResourceDefinition>::from_raw(&raw)
+            .unwrap()
+            .spec
+            .resource_type;
+        for ns in &namespaces {
+            let ns = &ns.metadata.as_ref().unwrap().id;
+            match list_all(&mut state, ns, &ty).await {
+                Ok(items) => {
+                    for r in items {
+                        let spec = r.spec.unwrap();
+                        let text = format!(
+                            "{}{}",
+                            spec.yaml_spec,
+                            String::from_utf8_lossy(&spec.proto_spec)
+                        );
+                        assert!(!text.contains("PRIVATE KEY"), "{ns}/{ty}: a private key");
+                        assert!(!text.contains(&token), "{ns}/{ty}: the token");
+                        read += 1;
+                    }
+                }
+                Err(e) => assert_eq!(e.code(), Code::PermissionDenied, "{ns}/{ty}: {e:?}"),
+            }
+        }
+    }
+    assert!(read > 5, "the reader read only {read} resources");
+    // Writes and operator calls are not a reader's.
+    let e = MachineServiceClient::new(n.as_role("os:reader"))
+        .reboot(proto::machine::RebootRequest { mode: 0 })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let e = state
+        .create(CreateRequest {
+            resource: None,
+            options: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert!(e.message().starts_with("not authorized"), "{}", e.message());
+    // A watch of a type the reader may read works; one of a sensitive type does not start.
+    let mut w = state
+        .watch(WatchRequest {
+            namespace: "network".into(),
+            r#type: NODE_ADDRESSES.into(),
+            id: None,
+            options: None,
+            api_version: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(w.message().await.unwrap().is_some());
+    let e = state
+        .watch(WatchRequest {
+            namespace: "secrets".into(),
+            r#type: API_CERTS.into(),
+            id: None,
+            options: None,
+            api_version: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_types_and_namespaces_are_not_supported() {
+    let n = node().await;
+    let mut state = StateClient::new(n.as_role("os:operator"));
+    let e = state
+        .get(get("network", "Nope.x.dev", "a"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert_eq!(e.message(), "resource type \"Nope.x.dev\" is not supported");
+    let e = state
+        .get(get("nowhere", NODE_ADDRESSES, "a"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    assert_eq!(e.message(), "namespace \"nowhere\" is not supported");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_without_a_certificate_of_the_os_ca_are_refused_at_the_handshake() {
+    let n = node().await;
+    let e = MachineServiceClient::new(n.channel(None))
+        .version(())
+        .await
+        .unwrap_err();
+    refused_at_handshake(&e);
+    // A client certificate of another CA, with the admin role.
+    let (other_ca, other_key) = x509::self_signed_ca(
+        &Subject {
+            organizations: vec!["talos".into()],
+            common_name: None,
+        },
+        KeyAlgorithm::Ed25519,
+        SystemTime::now(),
+    )
+    .unwrap();
+    let (crt, key) = LeafRequest {
+        subject: Subject {
+            organizations: vec!["os:admin".into()],
+            common_name: None,
+        },
+        extended: vec![x509::ExtendedUsage::ClientAuth],
+        ..LeafRequest::default()
+    }
+    .issue((&other_ca, &other_key), SystemTime::now(), T)
+    .unwrap();
+    let e = MachineServiceClient::new(n.channel(Some((crt.to_pem(), key.to_pem().unwrap()))))
+        .version(())
+        .await
+        .unwrap_err();
+    refused_at_handshake(&e);
+    // The node's own server certificate is no client certificate.
+    let mut state = StateClient::new(n.as_role("os:admin"));
+    let api = state
+        .get(get("secrets", API_CERTS, "api"))
+        .await
+        .unwrap()
+        .into_inner();
+    let raw = cosi::RawResource::from_proto(api.resource.unwrap()).unwrap();
+    let spec = cosi::Resource::<machinery::resources::secrets::ApiCertsSpec>::from_raw(&raw)
+        .unwrap()
+        .spec;
+    let server = spec.server.unwrap();
+    let e = MachineServiceClient::new(n.channel(Some((server.crt, server.key))))
+        .version(())
+        .await
+        .unwrap_err();
+    refused_at_handshake(&e);
+    // TLS 1.2 is refused (openssl as the client: rustls cannot even offer it here).
+    if testkit::require_program("openssl", "apt-get install openssl") {
+        let out = Command::new("openssl")
+            .args(["s_client", "-tls1_2", "-connect", &n.addr.to_string()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "TLS 1.2 accepted: {text}");
+        assert!(text.contains("alert") || text.contains("error"), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_need_init_say_it_is_not_answering() {
+    let n = node().await;
+    let e = MachineServiceClient::new(n.as_role("os:operator"))
+        .service_list(())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("init's control socket"),
+        "{}",
+        e.message()
+    );
+    // An impersonator's forwarded role counts, not its own.
+    let e = MachineServiceClient::new(n.as_role("os:impersonator"))
+        .version(())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let mut req = tonic::Request::new(());
+    req.metadata_mut()
+        .insert("talos-role", "os:reader".parse().unwrap());
+    MachineServiceClient::new(n.as_role("os:impersonator"))
+        .version(req)
+        .await
+        .unwrap();
+    // A reader naming a role in the metadata gets nothing more.
+    let mut req = tonic::Request::new(proto::machine::ShutdownRequest { force: false });
+    req.metadata_mut()
+        .insert("talos-role", "os:admin".parse().unwrap());
+    let e = MachineServiceClient::new(n.as_role("os:reader"))
+        .shutdown(req)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+}
