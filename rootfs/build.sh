@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the node image in one command: the image's programs (init, stated, networkd, secretsd, trustd) compiled
+# Builds the node image in one command: the image's programs (init, stated, networkd, secretsd, trustd, apid) compiled
 # statically (glibc, `-C target-feature=+crt-static`, profile `image`: release, stripped), then
 # the tree and the initramfs with mkrootfs.
 #
@@ -30,7 +30,7 @@ if [ "${ROOTFS_STATIC:-1}" != 0 ]; then
 	var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_RUSTFLAGS"
 	static=("$var=${!var:-} -C target-feature=+crt-static --cfg getrandom_backend=\"linux_getrandom\"")
 fi
-echo "rootfs: building init, stated, networkd, secretsd, trustd for $triple (profile image${static:+, static})" >&2
-env "${static[@]}" cargo build --locked --profile image --target "$triple" -p init -p stated -p networkd -p secretsd -p trustd
+echo "rootfs: building init, stated, networkd, secretsd, trustd, apid for $triple (profile image${static:+, static})" >&2
+env "${static[@]}" cargo build --locked --profile image --target "$triple" -p init -p stated -p networkd -p secretsd -p trustd -p apid
 cargo build --locked --release -p rootfs --bin mkrootfs
 target/release/mkrootfs --bin-dir "target/$triple/image" --out "$out"

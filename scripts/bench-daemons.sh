@@ -33,7 +33,7 @@ echo "Daemon memory, idle ${idle} s after create ($(nproc) CPUs; $(git rev-parse
 echo
 echo "| daemon | node | VmRSS | VmHWM (peak) |"
 echo "|---|---|---:|---:|"
-for d in stated networkd secretsd trustd; do
+for d in stated networkd secretsd trustd apid; do
 	for pid in $(pgrep -x "$d"); do
 		host=$(nsenter -t "$pid" -u hostname 2>/dev/null || echo '?')
 		awk -v d="$d" -v h="$host" -v r="$(kib "$pid" VmRSS)" -v p="$(kib "$pid" VmHWM)" \

@@ -1,8 +1,10 @@
 //! The control socket (`/run/init/init.sock`): list, start, stop and restart daemons and
 //! services, tail and follow their output, shut down or reboot the node. gRPC (`talos.init`).
-//! Only uid 0 may call it, checked on every request from the kernel's peer credentials
-//! (SO_PEERCRED), not from anything the caller says; the socket file is also 0600 (its directory
-//! is 0755: it also holds the manifest and seccomp profiles that daemons may read).
+//! Only uid 0 and the one daemon the manifest marks `initControl` (apid, which serves these
+//! calls to its authorized clients) may call it, checked on every request from the kernel's peer
+//! credentials (SO_PEERCRED), not from anything the caller says. The socket file is also
+//! root's, 0600, or 0660 with that daemon's own gid as its group (its directory is 0755: it also
+//! holds the manifest and seccomp profiles that daemons may read).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -28,30 +30,45 @@ use crate::PowerAction;
 pub struct Control {
     supervisor: Arc<Supervisor>,
     power: mpsc::UnboundedSender<PowerAction>,
+    /// The daemon admitted beside root (`initControl`): its name and uid.
+    delegate: Option<(String, u32)>,
 }
 
 impl Control {
-    /// The API; power requests go to `power`.
-    pub fn new(supervisor: Arc<Supervisor>, power: mpsc::UnboundedSender<PowerAction>) -> Self {
-        Control { supervisor, power }
+    /// The API; power requests go to `power`; `delegate` (a daemon's name and uid) may call it
+    /// beside root.
+    pub fn new(
+        supervisor: Arc<Supervisor>,
+        power: mpsc::UnboundedSender<PowerAction>,
+        delegate: Option<(String, u32)>,
+    ) -> Self {
+        Control {
+            supervisor,
+            power,
+            delegate,
+        }
     }
-}
 
-/// Refuses every caller that is not uid 0.
-fn admin<T>(req: &Request<T>) -> Result<(), Status> {
-    let uid = req
-        .extensions()
-        .get::<UdsConnectInfo>()
-        .and_then(|i| i.peer_cred)
-        .map(|c| c.uid());
-    match uid {
-        Some(0) => Ok(()),
-        Some(uid) => Err(Status::permission_denied(format!(
-            "uid {uid} may not use init's control socket (root only)"
-        ))),
-        None => Err(Status::permission_denied(
-            "the peer's credentials are unknown",
-        )),
+    /// Refuses every caller that is neither uid 0 nor the delegate's uid.
+    fn admin<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let uid = req
+            .extensions()
+            .get::<UdsConnectInfo>()
+            .and_then(|i| i.peer_cred)
+            .map(|c| c.uid());
+        match (uid, &self.delegate) {
+            (Some(0), _) => Ok(()),
+            (Some(uid), Some((_, d))) if uid == *d => Ok(()),
+            (Some(uid), Some((name, _))) => Err(Status::permission_denied(format!(
+                "uid {uid} may not use init's control socket (root and {name} only)"
+            ))),
+            (Some(uid), None) => Err(Status::permission_denied(format!(
+                "uid {uid} may not use init's control socket (root only)"
+            ))),
+            (None, _) => Err(Status::permission_denied(
+                "the peer's credentials are unknown",
+            )),
+        }
     }
 }
 
@@ -83,7 +100,7 @@ type LogStream = Pin<Box<dyn Stream<Item = Result<LogLine, Status>> + Send>>;
 #[tonic::async_trait]
 impl Init for Control {
     async fn list(&self, req: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        admin(&req)?;
+        self.admin(&req)?;
         let services = self
             .supervisor
             .units()
@@ -97,7 +114,7 @@ impl Init for Control {
         &self,
         req: Request<ServiceRequest>,
     ) -> Result<Response<ServiceResponse>, Status> {
-        admin(&req)?;
+        self.admin(&req)?;
         let id = req.into_inner().id;
         let s = self.supervisor.start(&id).await.map_err(status)?;
         Ok(Response::new(ServiceResponse {
@@ -109,7 +126,7 @@ impl Init for Control {
         &self,
         req: Request<ServiceRequest>,
     ) -> Result<Response<ServiceResponse>, Status> {
-        admin(&req)?;
+        self.admin(&req)?;
         let id = req.into_inner().id;
         let s = self.supervisor.stop(&id).await.map_err(status)?;
         Ok(Response::new(ServiceResponse {
@@ -121,7 +138,7 @@ impl Init for Control {
         &self,
         req: Request<ServiceRequest>,
     ) -> Result<Response<ServiceResponse>, Status> {
-        admin(&req)?;
+        self.admin(&req)?;
         let id = req.into_inner().id;
         let s = self.supervisor.restart(&id).await.map_err(status)?;
         Ok(Response::new(ServiceResponse {
@@ -132,7 +149,7 @@ impl Init for Control {
     type LogsStream = LogStream;
 
     async fn logs(&self, req: Request<LogsRequest>) -> Result<Response<LogStream>, Status> {
-        admin(&req)?;
+        self.admin(&req)?;
         let r = req.into_inner();
         let unit = self
             .supervisor
@@ -192,7 +209,7 @@ impl Init for Control {
         &self,
         req: Request<PowerRequest>,
     ) -> Result<Response<PowerResponse>, Status> {
-        admin(&req)?;
+        self.admin(&req)?;
         self.power
             .send(PowerAction::PowerOff)
             .map_err(|_| Status::unavailable("already shutting down"))?;
@@ -200,7 +217,7 @@ impl Init for Control {
     }
 
     async fn audit(&self, req: Request<AuditRequest>) -> Result<Response<AuditResponse>, Status> {
-        admin(&req)?;
+        self.admin(&req)?;
         let daemons = self
             .supervisor
             .audit_now()
@@ -223,7 +240,7 @@ impl Init for Control {
     }
 
     async fn reboot(&self, req: Request<PowerRequest>) -> Result<Response<PowerResponse>, Status> {
-        admin(&req)?;
+        self.admin(&req)?;
         self.power
             .send(PowerAction::Reboot)
             .map_err(|_| Status::unavailable("already shutting down"))?;
@@ -231,8 +248,9 @@ impl Init for Control {
     }
 }
 
-/// Binds the control socket (0600, root's), replacing a stale one.
-pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+/// Binds the control socket, replacing a stale one: root's and 0600, or with `group` as its
+/// group and 0660 (the delegate daemon's gid).
+pub fn bind(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
@@ -242,7 +260,12 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
         _ => {}
     }
     let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    // Mode first: between bind and chown the file is root's, so 0600 or 0660 admit no one else.
+    let mode = if group.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    if let Some(gid) = group {
+        std::os::unix::fs::chown(path, Some(0), Some(gid))?;
+    }
     Ok(listener)
 }
 

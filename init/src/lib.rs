@@ -149,11 +149,17 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
 
     let (power_tx, mut power_rx) = mpsc::unbounded_channel();
     let control_path = paths.node(CONTROL_SOCKET);
-    let listener = control::bind(&control_path).map_err(|source| Error::Control {
-        path: control_path.clone(),
-        source,
-    })?;
-    let control = control::Control::new(supervisor.clone(), power_tx.clone());
+    let delegate = manifest.init_control();
+    let listener =
+        control::bind(&control_path, delegate.map(|d| d.gid)).map_err(|source| Error::Control {
+            path: control_path.clone(),
+            source,
+        })?;
+    let control = control::Control::new(
+        supervisor.clone(),
+        power_tx.clone(),
+        delegate.map(|d| (d.name.clone(), d.uid)),
+    );
     tokio::spawn(async move {
         if let Err(e) = control::serve(listener, control).await {
             tracing::error!(error = %cosi::error::Chain(&e), "control socket failed");

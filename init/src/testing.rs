@@ -144,6 +144,11 @@ pub struct NodeBuilder {
     own_uts: bool,
 }
 
+/// A TCP connection being opened (the shape of `machinery::tls::Dial`).
+pub type Dial = std::pin::Pin<
+    Box<dyn std::future::Future<Output = std::io::Result<tokio::net::TcpStream>> + Send>,
+>;
+
 /// The binaries a node needs, in the target directory.
 pub const BINARIES: &[&str] = &[
     "init",
@@ -151,6 +156,7 @@ pub const BINARIES: &[&str] = &[
     "networkd",
     "secretsd",
     "trustd",
+    "apid",
     "init-testd",
 ];
 
@@ -255,7 +261,7 @@ impl NodeBuilder {
             let from = target.join(b);
             assert!(
                 from.exists(),
-                "{} is not built: run `cargo build -p init -p stated -p networkd -p secretsd -p trustd` first",
+                "{} is not built: run `cargo build -p init -p stated -p networkd -p secretsd -p trustd -p apid` first",
                 from.display()
             );
             std::fs::copy(&from, bin.join(b)).expect("copy binary");
@@ -476,6 +482,37 @@ impl Node {
         let children =
             std::fs::read_to_string(format!("/proc/{child}/task/{child}/children")).ok()?;
         children.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Opens TCP connections from inside the node's network namespace (for
+    /// [`machinery::tls::channel_via`]): each from a thread of its own that enters the
+    /// namespace, so no other thread of the test changes namespace.
+    pub fn dial(&self) -> impl Fn(std::net::SocketAddr) -> Dial + Clone + Send + 'static {
+        let netns = self
+            .init_host_pid()
+            .map(|p| PathBuf::from(format!("/proc/{p}/ns/net")));
+        move |addr| {
+            let netns = netns.clone();
+            Box::pin(async move {
+                let netns = netns.ok_or_else(|| std::io::Error::other("init is not running"))?;
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                std::thread::spawn(move || {
+                    let r = (|| {
+                        let ns = std::fs::File::open(&netns)?;
+                        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+                        let s =
+                            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+                        s.set_nonblocking(true)?;
+                        Ok::<_, std::io::Error>(s)
+                    })();
+                    let _ = tx.send(r);
+                });
+                let s = rx
+                    .await
+                    .map_err(|_| std::io::Error::other("the dialing thread died"))??;
+                tokio::net::TcpStream::from_std(s)
+            })
+        }
     }
 
     /// Runs a command in the node's network namespace and returns its stdout.

@@ -185,6 +185,11 @@ pub struct Daemon {
     /// What it may ask init to run for it (requested services); none when absent.
     #[serde(default)]
     pub envelope: Option<Envelope>,
+    /// It may call init's control socket (apid: services, logs, reboot, shutdown for its
+    /// clients). At most one daemon: the socket's group is its gid (mode 0660) and init admits
+    /// its uid beside root's. DESIGN.md §1's one exception to "daemons meet only in stated".
+    #[serde(default)]
+    pub init_control: bool,
 }
 
 fn default_stop_timeout() -> u64 {
@@ -431,6 +436,11 @@ impl Manifest {
         self.daemons.iter().find(|d| d.broker)
     }
 
+    /// The daemon that may call init's control socket (`initControl: true`), if any.
+    pub fn init_control(&self) -> Option<&Daemon> {
+        self.daemons.iter().find(|d| d.init_control)
+    }
+
     /// The namespace called `name`.
     pub fn namespace(&self, name: &str) -> Option<&NamespaceDecl> {
         self.namespaces.iter().find(|n| n.name == name)
@@ -488,6 +498,42 @@ impl Manifest {
         match self.daemons.iter().filter(|d| d.broker).count() {
             1 => {}
             n => problems.push(format!("exactly one daemon must be the broker, {n} are")),
+        }
+        let control: Vec<&str> = self
+            .daemons
+            .iter()
+            .filter(|d| d.init_control)
+            .map(|d| d.name.as_str())
+            .collect();
+        if control.len() > 1 {
+            problems.push(format!(
+                "at most one daemon may call init's control socket (initControl), {} do: {}",
+                control.len(),
+                control.join(", ")
+            ));
+        }
+        for d in self.daemons.iter().filter(|d| d.init_control) {
+            if d.broker {
+                problems.push(format!(
+                    "daemon {}: the broker may not call init's control socket",
+                    d.name
+                ));
+            }
+            // The socket's group admits whoever has this gid: nobody else may.
+            for other in self.daemons.iter().filter(|o| o.name != d.name) {
+                let shares = other.gid == d.gid
+                    || other.uid == d.gid
+                    || other
+                        .envelope
+                        .as_ref()
+                        .is_some_and(|e| (e.uids[0]..=e.uids[1]).contains(&d.gid));
+                if shares {
+                    problems.push(format!(
+                        "daemon {}: its gid {} (the group of init's control socket) is also {}'s",
+                        d.name, d.gid, other.name
+                    ));
+                }
+            }
         }
         let mut writer: BTreeMap<&str, &str> = BTreeMap::new();
         let mut uids: BTreeMap<u32, String> = BTreeMap::new();
@@ -795,6 +841,24 @@ mod tests {
             "binary \"x\" is not absolute",
             "CAP_SYS_ADMIN are outside its allow-list (none)",
             "envelope uids [1990000000, 1990000020] include stated's uid 1990000010",
+        ] {
+            assert!(e.contains(want), "missing {want:?} in:\n{e}");
+        }
+    }
+
+    #[test]
+    fn one_daemon_calls_init_and_its_group_is_its_own() {
+        let ok = m(&format!("{STATED}  - {{name: apid, binary: /bin/a, uid: 1990000014, gid: 1990000014, seccomp: apid, initControl: true}}\n")).unwrap();
+        assert_eq!(ok.init_control().unwrap().name, "apid");
+        assert!(ok.daemon("stated").is_some_and(|d| !d.init_control));
+        let e = m(&format!(
+            "{STATED}  - {{name: a, binary: /a, uid: 1990000014, gid: 1990000014, seccomp: s, initControl: true}}\n  - {{name: b, binary: /b, uid: 1990000015, gid: 1990000014, seccomp: s, initControl: true}}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        for want in [
+            "at most one daemon may call init's control socket (initControl), 2 do: a, b",
+            "daemon a: its gid 1990000014 (the group of init's control socket) is also b's",
         ] {
             assert!(e.contains(want), "missing {want:?} in:\n{e}");
         }

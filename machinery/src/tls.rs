@@ -404,6 +404,22 @@ pub fn channel(
     config: Arc<ClientConfig>,
     connect_timeout: Duration,
 ) -> Result<tonic::transport::Channel, TlsError> {
+    channel_via(addr, server_name, config, connect_timeout, |addr| {
+        Box::pin(TcpStream::connect(addr))
+    })
+}
+
+/// What opens a channel's TCP connections ([`channel_via`]).
+pub type Dial = Pin<Box<dyn std::future::Future<Output = std::io::Result<TcpStream>> + Send>>;
+
+/// [`channel`] with the TCP connections made by `dial` (from another network namespace, say).
+pub fn channel_via(
+    addr: SocketAddr,
+    server_name: &str,
+    config: Arc<ClientConfig>,
+    connect_timeout: Duration,
+    dial: impl Fn(SocketAddr) -> Dial + Clone + Send + 'static,
+) -> Result<tonic::transport::Channel, TlsError> {
     let name = ServerName::try_from(server_name.to_string())
         .map_err(|_| TlsError::Config(format!("{server_name:?} is not a server name")))?;
     let connector = tokio_rustls::TlsConnector::from(config);
@@ -414,8 +430,9 @@ pub fn channel(
         endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
             let connector = connector.clone();
             let name = name.clone();
+            let tcp = dial(addr);
             async move {
-                let tcp = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+                let tcp = tokio::time::timeout(connect_timeout, tcp)
                     .await
                     .map_err(|_| {
                         std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")

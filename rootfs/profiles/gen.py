@@ -140,6 +140,21 @@ TRUSTD = STARTUP + RUNTIME + [
     call("shutdown"), call("getpeername"), call("getsockname"),
 ]
 
+# apid: a client of stated and of init's control socket, a TLS server on TCP 50000 (landlock
+# allows binding that port only, and no TCP connect).
+APID = STARTUP + RUNTIME + [
+    call("socket", "stated's and init's sockets", [arg_eq(0, AF_UNIX, "AF_UNIX")]),
+    call("socket", "the listener and its connections (IPv4)", [arg_eq(0, AF_INET, "AF_INET")]),
+    call("socket", "the listener and its connections (IPv6)", [arg_eq(0, AF_INET6, "AF_INET6")]),
+    call("connect", "stated's and init's sockets; landlock forbids every TCP connect"),
+    call("bind", "0.0.0.0:50000; landlock allows no other TCP port"), call("listen"),
+    call("accept4", "API clients"),
+    call("setsockopt", "SO_REUSEADDR on the listener, TCP_NODELAY on connections"),
+    call("getsockopt", "SO_ERROR after a non-blocking connect"),
+    call("sendto"), call("recvfrom"), call("sendmsg"), call("recvmsg"),
+    call("shutdown"), call("getpeername"), call("getsockname"),
+]
+
 # A program that only sleeps: coreutils sleep, the requested-service test workload.
 SERVICE = STARTUP + [
     call("clock_nanosleep"), call("nanosleep"), call("restart_syscall"),
@@ -155,7 +170,7 @@ TESTD = STARTUP + RUNTIME + [
 ]
 
 here = os.path.dirname(os.path.abspath(__file__))
-for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("trustd", TRUSTD), ("service", SERVICE), ("testd", TESTD)]:
+for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("trustd", TRUSTD), ("apid", APID), ("service", SERVICE), ("testd", TESTD)]:
     path = os.path.join(here, "x86_64", f"{name}.json")
     with open(path, "w") as f:
         json.dump(profile(name, calls), f, indent=1)

@@ -4,7 +4,7 @@
 //! ```text
 //! /init -> usr/bin/init          what the kernel runs from an initramfs
 //! /bin, /sbin -> usr/bin         /lib -> usr/lib
-//! /usr/bin/{init,stated,networkd,secretsd,trustd}
+//! /usr/bin/{init,stated,networkd,secretsd,trustd,apid}
 //! /usr/lib/<multiarch>/...       only when a program is dynamically linked (its libraries)
 //! /etc/talos/daemons.yaml        the daemon manifest init runs
 //! /etc/talos/seccomp/*.json      the seccomp profiles (compiled into init; shipped for audit)
@@ -33,7 +33,7 @@ pub mod cpio;
 pub mod elf;
 
 /// The programs of the image, installed in `/usr/bin`.
-pub const PROGRAMS: &[&str] = &["init", "stated", "networkd", "secretsd", "trustd"];
+pub const PROGRAMS: &[&str] = &["init", "stated", "networkd", "secretsd", "trustd", "apid"];
 
 /// Seccomp profiles that are not shipped (test daemons only).
 const TEST_PROFILES: &[&str] = &["testd"];

@@ -202,7 +202,7 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
         .await
         .map(|l| l.len())
         .unwrap_or(0)
-        < 4
+        < 5
     {
         assert!(std::time::Instant::now() < deadline, "no DaemonSecurity");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -238,12 +238,13 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let daemons = v.as_array().unwrap();
     // The exposure targets (on systemd-analyze's model, 0-100 shown as N/10): stated 1.0,
-    // networkd 2.0, secretsd and trustd 1.0 at most.
+    // networkd 2.0, secretsd and trustd 1.0, apid 2.0 at most.
     for (daemon, max) in [
         ("stated", 10),
         ("networkd", 20),
         ("secretsd", 10),
         ("trustd", 10),
+        ("apid", 20),
     ] {
         let d = daemons.iter().find(|d| d["daemon"] == daemon).unwrap();
         let exposure = d["exposure"].as_u64().unwrap();
@@ -252,7 +253,7 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
             "{daemon}: exposure {exposure} > {max}: {d:#}"
         );
     }
-    assert_eq!(daemons.len(), 4);
+    assert_eq!(daemons.len(), 5);
     let max = daemons
         .iter()
         .map(|d| d["exposure"].as_u64().unwrap())
@@ -296,8 +297,33 @@ async fn audit_reports_every_daemon_and_fails_above_the_threshold() {
     let out = talosctl(&node, &["audit", "--threshold", &max.to_string()]);
     assert_eq!(out.status.code(), Some(0), "at the threshold: {out:?}");
 
-    // The control socket is root's by its mode; even opened to everyone, init checks the
-    // caller's uid from the kernel (SO_PEERCRED) on every request.
+    // The control socket admits root and apid (initControl): its group is apid's, and init
+    // checks the caller's uid from the kernel (SO_PEERCRED) on every request.
+    let as_user = |uid: &str, gid: &str| {
+        Command::new("setpriv")
+            .args(["--reuid", uid, "--regid", gid, "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_talosctl"))
+            .arg("--init-socket")
+            .arg(&node.init_socket)
+            .arg("services")
+            .output()
+            .unwrap()
+    };
+    let out = as_user("1990000014", "1990000014");
+    assert!(out.status.success(), "apid's uid refused: {out:?}");
+    assert!(stdout(&out).contains("apid"), "{out:?}");
+    // apid's gid is not enough: the uid must be apid's.
+    let out = as_user("4321", "1990000014");
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("uid 4321 may not use init's control socket (root and apid only)"),
+        "{out:?}"
+    );
+    // Neither: the socket's mode refuses the connection.
+    let out = as_user("4321", "4321");
+    assert!(!out.status.success(), "{out:?}");
+    // Even with the socket opened to everyone, the uid is checked.
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&node.init_socket, std::fs::Permissions::from_mode(0o666)).unwrap();
     let out = Command::new("setpriv")
