@@ -13,6 +13,7 @@ packages=(
   libc6-dev     # libc.a: rootfs/build.sh links the image's programs statically (glibc)
   git           # rootfs/build.sh: SOURCE_DATE_EPOCH defaults to the last commit's time
   openssl       # openssl s_client: trustd's tests check TLS 1.2 is refused, TLS 1.3 verified
+  curl          # a gRPC client that is not ours: the cluster tests call apid with the talosconfig
 )
 
 missing=()

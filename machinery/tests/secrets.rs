@@ -308,3 +308,27 @@ fn client_certificates_chain_to_the_os_ca_of_upstreams_bundle() {
     let (_, foreign) = parse_x509_certificate(&foreign_der).unwrap();
     assert!(foreign.verify_signature(Some(ca.public_key())).is_err());
 }
+
+/// Ed25519 keys are written as upstream writes them: PKCS#8 v1 (Go's `MarshalPKCS8PrivateKey`,
+/// 48 bytes, no public key), which BoringSSL-based clients (gRPC's C-core) also read; and
+/// they read back as the same key.
+#[test]
+fn ed25519_keys_are_written_as_pkcs8_v1_and_read_back() {
+    let key = PrivateKey::generate(KeyAlgorithm::Ed25519).unwrap();
+    let pem = key.to_pem().unwrap();
+    assert!(
+        pem.starts_with("-----BEGIN ED25519 PRIVATE KEY-----\nMC4CAQAwBQYDK2Vw"),
+        "{pem}"
+    );
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    assert_eq!(der.len(), 48);
+    let again = PrivateKey::from_pem(pem.as_bytes()).unwrap();
+    assert_eq!(again.to_pem().unwrap(), pem);
+    assert_eq!(
+        again.public_key_der().unwrap(),
+        key.public_key_der().unwrap()
+    );
+}

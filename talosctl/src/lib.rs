@@ -13,7 +13,9 @@
 //! - [`audit`]: the observed sandbox of every daemon and its exposure score;
 //! - [`cluster`]: local clusters of nodes in namespaces (`cluster create|show|destroy`);
 //! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info`);
-//! - [`gen`]: secrets bundles, machine configurations and talosconfigs (`gen secrets|config`).
+//! - [`gen`]: secrets bundles, machine configurations and talosconfigs (`gen secrets|config`);
+//! - [`version`]: the client's and each node's version, through apid ([`api`]: mutual TLS with
+//!   the talosconfig's credentials).
 //!
 //! `main.rs` only parses arguments and maps [`run`]'s outcome to an exit code with [`exit_code`].
 
@@ -24,6 +26,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+pub mod api;
 pub mod apply;
 pub mod audit;
 pub mod cluster;
@@ -41,6 +44,7 @@ pub mod services;
 pub mod talosconfig;
 pub mod target;
 pub mod validate;
+pub mod version;
 
 /// Where stated listens on a node.
 pub const DEFAULT_SOCKET: &str = "/run/stated/state.sock";
@@ -79,6 +83,17 @@ pub struct Cli {
         value_name = "NODES"
     )]
     pub nodes: Vec<String>,
+
+    /// Talos API endpoints (comma-separated `host[:port]`, port 50000 by default) for the
+    /// commands that go through apid (`version`) [default: the talosconfig context's].
+    #[arg(
+        short = 'e',
+        long,
+        global = true,
+        value_delimiter = ',',
+        value_name = "ENDPOINTS"
+    )]
+    pub endpoints: Vec<String>,
 
     /// The talosconfig file [default: $TALOS_HOME/config, else ~/.talos/config].
     #[arg(long, global = true, env = "TALOSCONFIG", value_name = "PATH")]
@@ -152,6 +167,10 @@ pub enum Command {
     /// Generate secrets bundles, machine configurations and talosconfigs (offline).
     #[command(subcommand)]
     Gen(gen::Command),
+
+    /// Print the client's version and each node's, through the Talos API (apid, mutual TLS
+    /// with the talosconfig context's ca, crt and key).
+    Version(version::VersionArgs),
 }
 
 /// Runs a parsed command line, printing results to standard output.
@@ -201,6 +220,21 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Validate(args) => validate::run(args, &mut out),
         Command::Gen(cmd) => gen::run(cmd, &mut out),
         Command::Machineconfig(cmd) => machineconfig::run(cmd, &mut out),
+        Command::Version(args) => {
+            version::client(args, &mut out)?;
+            if args.client {
+                Ok(())
+            } else {
+                let path = talosconfig::path(cli.talosconfig.as_deref())?;
+                let api = api::resolve(&api::Selection {
+                    endpoints: &cli.endpoints,
+                    nodes: &cli.nodes,
+                    talosconfig: &path,
+                    context: cli.context.as_deref(),
+                })?;
+                block_on(version::servers(&api, args, &mut out))
+            }
+        }
     }?;
     out.flush()?;
     Ok(())

@@ -105,6 +105,8 @@ pub struct NodeInfo {
     pub prefix: u8,
     /// MAC of its eth0.
     pub mac: String,
+    /// Where its apid is published on the host (`127.0.0.1:<port>`).
+    pub api: Option<String>,
     /// `ready`, `running`, `booting` or `stopped`.
     pub state: String,
     /// init's PID on the host.

@@ -79,6 +79,18 @@ pub struct PrivateKey {
     pkcs8: Vec<u8>,
 }
 
+/// A PKCS#8 key without its optional public key (v1, RFC 5208), as upstream (Go's
+/// `x509.MarshalPKCS8PrivateKey`) writes Ed25519 keys. ring makes v2 keys (RFC 5958, the
+/// public key included), which BoringSSL, and so gRPC's C-core clients, refuse.
+fn pkcs8_v1(der: &[u8]) -> Result<Vec<u8>, SecretsError> {
+    use rsa::pkcs8::der::{Decode as _, Encode as _};
+    let mut info = rsa::pkcs8::PrivateKeyInfoRef::from_der(der)
+        .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+    info.public_key = None;
+    info.to_der()
+        .map_err(|e| SecretsError::Crypto(e.to_string()))
+}
+
 impl PrivateKey {
     /// A new key: Ed25519 or ECDSA P-256 from ring, RSA (`bits`) from the rsa crate.
     pub fn generate(algorithm: KeyAlgorithm) -> Result<PrivateKey, SecretsError> {
@@ -158,12 +170,12 @@ impl PrivateKey {
         }
     }
 
-    /// The key in upstream's PEM: Ed25519 as `ED25519 PRIVATE KEY` (PKCS#8), EC as SEC1,
-    /// RSA as PKCS#1.
+    /// The key in upstream's PEM: Ed25519 as `ED25519 PRIVATE KEY` (PKCS#8 v1, as Go's
+    /// `MarshalPKCS8PrivateKey`), EC as SEC1, RSA as PKCS#1.
     pub fn to_pem(&self) -> Result<String, SecretsError> {
         let crypto = |e: String| SecretsError::Crypto(e);
         let (label, der) = match self.algorithm {
-            KeyAlgorithm::Ed25519 => (ED25519_LABEL, self.pkcs8.clone()),
+            KeyAlgorithm::Ed25519 => (ED25519_LABEL, pkcs8_v1(&self.pkcs8)?),
             KeyAlgorithm::EcdsaP256 => {
                 use p256::pkcs8::DecodePrivateKey as _;
                 let key = p256::SecretKey::from_pkcs8_der(&self.pkcs8)

@@ -48,11 +48,14 @@ pub struct LaunchArgs {
     /// The node's directory: config.yaml, upper/, work/, root/.
     #[arg(long)]
     pub node_dir: PathBuf,
+    /// Publish the node's apid on this port of the host's 127.0.0.1 (the supervisor relays it).
+    #[arg(long)]
+    pub api_port: Option<u16>,
 }
 
 impl LaunchArgs {
     fn to_args(&self) -> Vec<std::ffi::OsString> {
-        vec![
+        let mut args: Vec<std::ffi::OsString> = vec![
             "--hostname".into(),
             self.hostname.clone().into(),
             "--netns".into(),
@@ -61,7 +64,11 @@ impl LaunchArgs {
             self.image.clone().into(),
             "--node-dir".into(),
             self.node_dir.clone().into(),
-        ]
+        ];
+        if let Some(port) = self.api_port {
+            args.extend(["--api-port".into(), port.to_string().into()]);
+        }
+        args
     }
 
     /// The command that starts the node's supervisor (this same talosctl binary).
@@ -78,6 +85,15 @@ pub fn supervise(args: &LaunchArgs) -> anyhow::Result<i32> {
     // Out of talosctl's session and process group: a ^C of `cluster create` or the end of
     // the terminal does not reach the node.
     let _ = nix::unistd::setsid();
+    // Bound before the node starts: a busy port fails the node's start, loudly.
+    if let Some(port) = args.api_port {
+        let listener = super::publish::bind(port)?;
+        let netns = Path::new(NETNS_DIR).join(&args.netns);
+        std::thread::Builder::new()
+            .name("api-publish".into())
+            .spawn(move || super::publish::relay(listener, netns))
+            .context("cannot start the API relay")?;
+    }
     nix::sched::unshare(CloneFlags::CLONE_NEWPID)
         .context("cannot create the node's PID namespace")?;
     let exe = std::env::current_exe().context("cannot find the talosctl binary")?;

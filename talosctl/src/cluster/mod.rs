@@ -17,6 +17,7 @@
 pub mod genconfig;
 pub mod launch;
 pub mod net;
+pub mod publish;
 pub mod record;
 pub mod uids;
 
@@ -30,6 +31,7 @@ use anyhow::Context as _;
 use cosi::ResourceSpec as _;
 use machinery::config::{apply_patches, Config, Patch, ValidationMode};
 use machinery::resources::network::AddressStatusSpec;
+use machinery::secrets::Bundle;
 
 use self::launch::LaunchArgs;
 use self::record::{Cluster, Node, Object, Proc, Role};
@@ -313,7 +315,11 @@ struct Planned {
 }
 
 /// Checks everything and works out the cluster: nothing is created here.
-fn plan(args: &CreateArgs) -> anyhow::Result<(Cluster, Vec<Planned>, PathBuf, PathBuf)> {
+/// What `create` plans before it makes anything: the cluster record, each node with its
+/// config, the clusters' root directory, the image, and the cluster's secrets.
+type Plan = (Cluster, Vec<Planned>, PathBuf, PathBuf, Bundle);
+
+fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
     require_root()?;
     let which = &args.which;
     check_name(&which.name)?;
@@ -403,6 +409,7 @@ fn plan(args: &CreateArgs) -> anyhow::Result<(Cluster, Vec<Planned>, PathBuf, Pa
             dir: dir.join("nodes").join(&name),
             supervisor: None,
             init: None,
+            api_port: None,
         };
         let base = genconfig::node_config(&secrets, &which.name, &name, role, &endpoint)?;
         let mut all: Vec<Patch> = common.clone();
@@ -450,7 +457,7 @@ fn plan(args: &CreateArgs) -> anyhow::Result<(Cluster, Vec<Planned>, PathBuf, Pa
             .map(|d| d.as_secs())
             .unwrap_or(0),
     };
-    Ok((cluster, nodes, root, image))
+    Ok((cluster, nodes, root, image, secrets))
 }
 
 /// Refuses an image whose daemons would run under a uid the host has (DESIGN.md §5).
@@ -488,7 +495,7 @@ fn invalid_config(node: &str, errors: &machinery::config::ConfigErrors) -> anyho
 /// `cluster create`.
 fn create(args: &CreateArgs, talosconfig: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let progress = Progress(Instant::now());
-    let (mut cluster, planned, root, image) = plan(args)?;
+    let (mut cluster, planned, root, image, secrets) = plan(args)?;
     // The talosconfig must be readable before anything is made.
     TalosConfig::load(talosconfig)?;
     progress.say(format_args!(
@@ -505,7 +512,15 @@ fn create(args: &CreateArgs, talosconfig: &Path, out: &mut dyn Write) -> anyhow:
     let dir = cluster.dir.clone();
     let result = (|| {
         cluster.record(Object::Dir { path: dir.clone() })?;
-        build(&mut cluster, &planned, &image, talosconfig, args, &progress)
+        build(
+            &mut cluster,
+            &planned,
+            &secrets,
+            &image,
+            talosconfig,
+            args,
+            &progress,
+        )
     })();
     match result {
         Ok(()) => {
@@ -534,6 +549,7 @@ fn create(args: &CreateArgs, talosconfig: &Path, out: &mut dyn Write) -> anyhow:
 fn build(
     cluster: &mut Cluster,
     planned: &[Planned],
+    secrets: &Bundle,
     image: &Path,
     talosconfig: &Path,
     args: &CreateArgs,
@@ -601,14 +617,16 @@ fn build(
         cluster.record(Object::Node {
             name: node.name.clone(),
         })?;
-        let (supervisor, init) = launch_node(node, &lower)?;
+        let port = publish::free_port()?;
+        let (supervisor, init) = launch_node(node, &lower, port)?;
         if let Some(n) = cluster.node_mut(&node.name) {
             n.supervisor = Some(supervisor);
             n.init = Some(init.clone());
+            n.api_port = Some(port);
         }
         cluster.save()?;
         progress.say(format_args!(
-            "{}: network namespace {}, eth0 {} via {}, init pid {}",
+            "{}: network namespace {}, eth0 {} via {}, init pid {}, API on 127.0.0.1:{port}",
             node.name, node.netns, node.mac, node.veth, init.pid
         ));
     }
@@ -619,15 +637,33 @@ fn build(
 
     let mut tc = TalosConfig::load(talosconfig)?;
     let existed = talosconfig.exists();
-    let cps: Vec<String> = cluster
+    // The first control plane's apid, published on the host, is the endpoint; its OS CA and
+    // an os:admin client certificate the credentials (as `gen config` writes them).
+    let first = cluster
         .nodes
         .iter()
-        .filter(|n| n.role == Role::Controlplane)
-        .map(|n| n.ip.clone())
-        .collect();
+        .find(|n| n.role == Role::Controlplane)
+        .context("the cluster has no control plane")?;
+    let client = secrets.client_certificate(
+        &["os:admin".to_string()],
+        std::time::SystemTime::now(),
+        crate::gen::CLIENT_CERT_TTL,
+    )?;
     let context = talosconfig::Context {
-        endpoints: cps.clone(),
-        nodes: cps.into_iter().take(1).collect(),
+        endpoints: first
+            .api_port
+            .map(|p| format!("127.0.0.1:{p}"))
+            .into_iter()
+            .collect(),
+        nodes: vec![first.ip.clone()],
+        ca: secrets
+            .certs
+            .as_ref()
+            .and_then(|c| c.os.as_ref())
+            .map(|os| os.crt.clone())
+            .unwrap_or_default(),
+        crt: client.crt,
+        key: client.key,
         local_cluster: Some(cluster.dir.clone()),
         ..Default::default()
     };
@@ -716,12 +752,13 @@ fn start_dnsmasq(cluster: &Cluster, network: Ipv4Addr, prefix: u8) -> anyhow::Re
 }
 
 /// Starts a node's supervisor (detached) and returns it and init, once init's PID is known.
-fn launch_node(node: &Node, image: &Path) -> anyhow::Result<(Proc, Proc)> {
+fn launch_node(node: &Node, image: &Path, api_port: u16) -> anyhow::Result<(Proc, Proc)> {
     let args = LaunchArgs {
         hostname: node.name.clone(),
         netns: node.netns.clone(),
         image: image.to_path_buf(),
         node_dir: node.dir.clone(),
+        api_port: Some(api_port),
     };
     let console = std::fs::File::create(node.console())
         .with_context(|| format!("cannot create {}", node.console().display()))?;
@@ -949,7 +986,7 @@ fn wait_ready(cluster: &Cluster, timeout: Duration, progress: &Progress) -> anyh
 /// The rows of the node table; `details` adds init's PID and the namespace.
 fn table_rows(cluster: &Cluster, details: bool) -> Vec<Vec<String>> {
     let rt = runtime().ok();
-    let mut header = vec!["NAME", "ROLE", "IP", "STATE"];
+    let mut header = vec!["NAME", "ROLE", "IP", "API", "STATE"];
     if details {
         header.extend(["INIT PID", "NETNS"]);
     }
@@ -963,6 +1000,9 @@ fn table_rows(cluster: &Cluster, details: bool) -> Vec<Vec<String>> {
             n.name.clone(),
             n.role.as_str().to_string(),
             n.ip.clone(),
+            n.api_port
+                .map(|p| format!("127.0.0.1:{p}"))
+                .unwrap_or_else(|| "-".into()),
             state.as_str().to_string(),
         ];
         if details {
@@ -1023,6 +1063,7 @@ fn show(args: &ShowArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                         "ip": n.ip,
                         "prefix": n.prefix,
                         "mac": n.mac,
+                        "api": n.api_port.map(|p| format!("127.0.0.1:{p}")),
                         "state": rt.block_on(node_state(&cluster, n)).as_str(),
                         "initPid": alive(&n.init),
                         "supervisorPid": alive(&n.supervisor),

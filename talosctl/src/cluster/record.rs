@@ -61,6 +61,9 @@ pub struct Node {
     /// init, PID 1 of the node, as the host sees it.
     #[serde(default)]
     pub init: Option<Proc>,
+    /// The port of the host's 127.0.0.1 where its apid is published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_port: Option<u16>,
 }
 
 impl Node {
