@@ -1,6 +1,6 @@
 //! `talosctl`, the talos-rs command-line client.
 //!
-//! Until apid exists it reaches nodes through their Unix sockets: the local node's (`--socket`,
+//! `version` goes through apid ([`api`]); the other commands still reach nodes through their Unix sockets: the local node's (`--socket`,
 //! `--init-socket`), or, with `-n`, the nodes of a local cluster named in the talosconfig
 //! ([`target`]). Commands:
 //! - [`get`]: read, list or watch resources of any type, rendered as a table, YAML or JSON;
@@ -56,10 +56,11 @@ pub const DEFAULT_SOCKET: &str = "/run/stated/state.sock";
     version,
     about = "A CLI for talos-rs nodes: read their resources, validate and patch machine configurations.",
     long_about = "A CLI for talos-rs nodes: read their resources, validate and patch machine configurations.\n\n\
-                  This version talks to nodes over their Unix sockets: the local node's (--socket,\n\
-                  --init-socket), or with -n the nodes of a local cluster (talosctl cluster create)\n\
-                  found through the talosconfig. It needs to run as root (or another user stated lets\n\
-                  read). Remote nodes need apid, which is not available yet.",
+                  `version` goes through the Talos API (apid, mutual TLS with the talosconfig's\n\
+                  credentials). The other commands still talk to nodes over their Unix sockets: the\n\
+                  local node's (--socket, --init-socket), or with -n the nodes of a local cluster\n\
+                  (talosctl cluster create) found through the talosconfig; they need root (or\n\
+                  another user stated lets read).",
     propagate_version = true
 )]
 pub struct Cli {
@@ -74,7 +75,7 @@ pub struct Cli {
 
     /// Target nodes (comma-separated): names or IPs of nodes of the talosconfig context's
     /// local cluster [default: the context's nodes, else the local node]. Remote nodes need
-    /// apid, which is not available yet.
+    /// apid's proxy, which is not built yet.
     #[arg(
         short = 'n',
         long,

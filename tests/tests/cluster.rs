@@ -444,6 +444,24 @@ fn apid_is_published_on_loopback_and_any_grpc_client_with_the_talosconfig_reache
         text(&out)
     );
 
+    // A connection that never says anything is closed (apid's handshake timeout), and the
+    // relay lets it go: no local user can hold the published port's slots forever.
+    {
+        use std::io::Read as _;
+        let mut silent = std::net::TcpStream::connect(&api).unwrap();
+        silent
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let n = silent.read(&mut buf);
+        assert!(
+            matches!(n, Ok(0))
+                || n.as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "a silent connection is closed: {n:?}"
+        );
+    }
+
     // Only the host's loopback: the port is not open on another address of the host.
     let port = api.rsplit(':').next().unwrap();
     let listening = text(

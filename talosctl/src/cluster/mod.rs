@@ -78,7 +78,9 @@ DHCP. The host's own interfaces, routes and files are not touched.
 Everything is checked before anything is made (a bad --config-patch creates nothing); a failure
 later removes what was made. The state goes to ~/.talos/clusters/<name> (see --state), and a
 context named after the cluster is merged into the talosconfig, so that `talosctl -n <node> …`
-reaches the nodes.";
+reaches the nodes. Each node's apid is published on the host's 127.0.0.1 (a port of the
+kernel's choosing, in `cluster show`), and the context holds the OS CA, an os:admin client
+certificate and the first control plane's published endpoint (`talosctl version`).";
 
 const CREATE_EXAMPLES: &str = "\
 Examples:

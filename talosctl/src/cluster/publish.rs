@@ -95,7 +95,9 @@ fn relay_one(client: TcpStream, netns: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Copies `from` to `to` until `from` ends, then ends `to`'s writing side.
+/// Copies `from` to `to` until `from` ends or fails, then closes both connections both ways:
+/// the other direction's thread wakes up, so a peer that stops reading or writing never holds
+/// a relay slot once its other side is gone (gRPC needs no TCP half-close).
 fn pipe(mut from: TcpStream, mut to: TcpStream) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -110,6 +112,6 @@ fn pipe(mut from: TcpStream, mut to: TcpStream) {
             Err(_) => break,
         }
     }
-    let _ = to.shutdown(Shutdown::Write);
-    let _ = from.shutdown(Shutdown::Read);
+    let _ = to.shutdown(Shutdown::Both);
+    let _ = from.shutdown(Shutdown::Both);
 }
