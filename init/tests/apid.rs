@@ -8,6 +8,8 @@
 //! not reissued. Needs root.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -15,8 +17,6 @@ use std::time::{Duration, Instant, SystemTime};
 use base64::Engine as _;
 use cosi::ResourceSpec as _;
 use init::testing::Node;
-use machinery::config::generate::{generate, Input};
-use machinery::config::MachineType;
 use machinery::resources::secrets::{ApiCertsSpec, API_ID, NAMESPACE as SECRETS};
 use machinery::secrets::Bundle;
 use machinery::tls;
@@ -28,28 +28,8 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 const T: Duration = Duration::from_secs(60);
-const UPSTREAM: &str = include_str!("../../machinery/tests/data/upstream-secrets.yaml");
 const API: &str = "127.0.0.1:50000";
 const APID_UID: u32 = 1_990_000_014;
-
-/// A control plane's config whose `tap1` gets 172.20.97.2/24 (secretsd issues apid's
-/// certificate once the node has an address), with 127.0.0.1 in the certSANs (as
-/// `cluster create` sets it).
-fn control_plane(bundle: &Bundle) -> String {
-    let config = generate(
-        &Input::new("demo", "https://10.5.0.2:6443", bundle),
-        MachineType::ControlPlane,
-    )
-    .unwrap();
-    let mut doc: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(&config.to_yaml().unwrap()).unwrap();
-    let machine = doc.get_mut("machine").unwrap();
-    machine["network"] =
-        serde_yaml_ng::from_str("interfaces: [{interface: tap1, addresses: [172.20.97.2/24]}]")
-            .unwrap();
-    machine["certSANs"] = serde_yaml_ng::from_str("[127.0.0.1]").unwrap();
-    serde_yaml_ng::to_string(&doc).unwrap()
-}
 
 fn pem(b64: &str) -> String {
     String::from_utf8(
@@ -112,8 +92,10 @@ async fn apid_serves_each_role_what_it_may_through_its_sandbox_and_survives_a_ki
     if !testkit::require_root("a node switches uids and makes namespaces") {
         return;
     }
-    let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
-    let node = Node::builder().config(&control_plane(&bundle)).start();
+    let bundle = Bundle::from_yaml(support::UPSTREAM).unwrap();
+    let node = Node::builder()
+        .config(&support::control_plane(&bundle, "tap1", "172.20.97.2"))
+        .start();
     node.wait_healthy(&["stated", "networkd", "secretsd", "trustd", "apid"], T)
         .await;
     node.in_netns(&[

@@ -6,37 +6,18 @@
 //! back after a kill -9. Needs root.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod support;
+
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use cosi::Resource;
 use init::testing::Node;
-use machinery::config::generate::{generate, Input};
-use machinery::config::MachineType;
 use machinery::resources::secrets::{ApiCertsSpec, EtcdCertsSpec, API_ID, ETCD_ID, NAMESPACE};
 use machinery::secrets::x509::Certificate;
 use machinery::secrets::Bundle;
 
 const T: Duration = Duration::from_secs(60);
-const UPSTREAM: &str = include_str!("../../machinery/tests/data/upstream-secrets.yaml");
-
-/// A control plane's config whose `tsd1` gets 172.20.98.2/24, with 127.0.0.1 in the certSANs
-/// (as `cluster create` sets it).
-fn control_plane(bundle: &Bundle) -> String {
-    let config = generate(
-        &Input::new("demo", "https://172.20.98.2:6443", bundle),
-        MachineType::ControlPlane,
-    )
-    .unwrap();
-    let mut doc: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(&config.to_yaml().unwrap()).unwrap();
-    let machine = doc.get_mut("machine").unwrap();
-    machine["network"] =
-        serde_yaml_ng::from_str("interfaces: [{interface: tsd1, addresses: [172.20.98.2/24]}]")
-            .unwrap();
-    machine["certSANs"] = serde_yaml_ng::from_str("[127.0.0.1]").unwrap();
-    serde_yaml_ng::to_string(&doc).unwrap()
-}
 
 async fn wait_for<S: cosi::ResourceSpec>(
     node: &Node,
@@ -67,8 +48,10 @@ async fn secretsd_mints_a_control_planes_certificates_trustd_serves_and_a_kill_9
     if !testkit::require_root("a node switches uids and makes namespaces") {
         return;
     }
-    let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
-    let node = Node::builder().config(&control_plane(&bundle)).start();
+    let bundle = Bundle::from_yaml(support::UPSTREAM).unwrap();
+    let node = Node::builder()
+        .config(&support::control_plane(&bundle, "tsd1", "172.20.98.2"))
+        .start();
     node.wait_healthy(&["stated", "networkd", "secretsd", "trustd"], T)
         .await;
     // A link of the node's own (both ends in its network namespace).

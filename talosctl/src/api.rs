@@ -183,17 +183,12 @@ pub fn resolve(sel: &Selection<'_>) -> anyhow::Result<Api> {
     }
     for wanted in nodes {
         if let Some(cluster) = &cluster {
-            let host = wanted.strip_suffix(":50000").unwrap_or(wanted);
-            let node = cluster
-                .nodes
-                .iter()
-                .find(|n| n.name == host || n.ip == host)
-                .with_context(|| {
-                    format!(
-                        "node {wanted:?} is not in cluster {} (context {name:?})",
-                        cluster.name
-                    )
-                })?;
+            let node = cluster.find(wanted).with_context(|| {
+                format!(
+                    "node {wanted:?} is not in cluster {} (context {name:?})",
+                    cluster.name
+                )
+            })?;
             let port = node.api_port.with_context(|| {
                 format!(
                     "node {}: its API is not published on the host (a cluster made before \

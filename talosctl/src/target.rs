@@ -109,23 +109,18 @@ fn cluster_targets(sel: &Selection<'_>, nodes: &[String]) -> anyhow::Result<Vec<
     nodes
         .iter()
         .map(|wanted| {
-            let host = wanted.strip_suffix(":50000").unwrap_or(wanted);
-            let node = cluster
-                .nodes
-                .iter()
-                .find(|n| n.name == host || n.ip == host)
-                .with_context(|| {
-                    format!(
-                        "node {wanted:?} is not in cluster {} (context {name:?}): {}",
-                        cluster.name,
-                        cluster
-                            .nodes
-                            .iter()
-                            .map(|n| format!("{} ({})", n.name, n.ip))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                })?;
+            let node = cluster.find(wanted).with_context(|| {
+                format!(
+                    "node {wanted:?} is not in cluster {} (context {name:?}): {}",
+                    cluster.name,
+                    cluster
+                        .nodes
+                        .iter()
+                        .map(|n| format!("{} ({})", n.name, n.ip))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
             let (Some(state_socket), Some(init_socket)) = (
                 node.path_in_node(crate::DEFAULT_SOCKET),
                 node.path_in_node(crate::services::DEFAULT_INIT_SOCKET),

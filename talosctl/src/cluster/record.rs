@@ -264,6 +264,12 @@ impl Cluster {
         self.nodes.iter().find(|n| n.name == name)
     }
 
+    /// The node a user names on the command line: by name or IP, with or without `:50000`.
+    pub fn find(&self, wanted: &str) -> Option<&Node> {
+        let host = wanted.strip_suffix(":50000").unwrap_or(wanted);
+        self.nodes.iter().find(|n| n.name == host || n.ip == host)
+    }
+
     /// The node called `name`, to change.
     pub fn node_mut(&mut self, name: &str) -> Option<&mut Node> {
         self.nodes.iter_mut().find(|n| n.name == name)
