@@ -260,7 +260,8 @@ pub fn bind(path: &Path, group: Option<u32>) -> std::io::Result<UnixListener> {
         _ => {}
     }
     let listener = UnixListener::bind(path)?;
-    // Mode first: between bind and chown the file is root's, so 0600 or 0660 admit no one else.
+    // Mode first, then the group: until the chown the group is root's. Whoever the mode lets
+    // connect, every request is still checked by uid (SO_PEERCRED).
     let mode = if group.is_some() { 0o660 } else { 0o600 };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     if let Some(gid) = group {

@@ -635,7 +635,9 @@ fn build(
 
     hook("wait")?;
     progress.say("waiting for every node's daemons and DHCP address");
-    wait_ready(cluster, Duration::from_secs(args.wait_timeout), progress)?;
+    let started = Instant::now();
+    let timeout = Duration::from_secs(args.wait_timeout);
+    wait_ready(cluster, timeout, progress)?;
 
     let mut tc = TalosConfig::load(talosconfig)?;
     let existed = talosconfig.exists();
@@ -650,6 +652,13 @@ fn build(
         &["os:admin".to_string()],
         std::time::SystemTime::now(),
         crate::gen::CLIENT_CERT_TTL,
+    )?;
+    wait_api(
+        cluster,
+        secrets,
+        &client,
+        timeout.saturating_sub(started.elapsed()),
+        progress,
     )?;
     let context = talosconfig::Context {
         endpoints: first
@@ -924,6 +933,72 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")
+}
+
+/// Waits until every control plane's apid answers Version through its published port with the
+/// talosconfig's credentials (`client`): what `talosctl version` will do. Workers are not
+/// waited for: their certificate would come from trustd, which no worker asks yet.
+fn wait_api(
+    cluster: &Cluster,
+    secrets: &Bundle,
+    client: &machinery::secrets::CertAndKey,
+    timeout: Duration,
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let pem = |b64: &str| -> anyhow::Result<String> {
+        Ok(String::from_utf8(
+            base64::engine::general_purpose::STANDARD.decode(b64)?,
+        )?)
+    };
+    let (crt, key) = (pem(&client.crt)?, pem(&client.key)?);
+    let ca = secrets.os_ca()?.0;
+    let config = std::sync::Arc::new(machinery::tls::client_config(&[ca], Some((&crt, &key)))?);
+    let rt = runtime()?;
+    let deadline = Instant::now() + timeout;
+    for n in cluster
+        .nodes
+        .iter()
+        .filter(|n| n.role == Role::Controlplane)
+    {
+        let Some(port) = n.api_port else { continue };
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let last = loop {
+            let attempt = rt.block_on(async {
+                let channel = machinery::tls::channel(
+                    addr,
+                    "127.0.0.1",
+                    config.clone(),
+                    Duration::from_secs(2),
+                )?;
+                let mut api =
+                    proto::machine::machine_service_client::MachineServiceClient::new(channel);
+                anyhow::Ok(
+                    match tokio::time::timeout(Duration::from_secs(5), api.version(())).await {
+                        Ok(Ok(_)) => None,
+                        Ok(Err(status)) => Some(status.to_string()),
+                        Err(_) => Some("no answer within 5 s".to_string()),
+                    },
+                )
+            })?;
+            let Some(err) = attempt else { break None };
+            if Instant::now() > deadline {
+                break Some(err);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        if let Some(err) = last {
+            anyhow::bail!(
+                "{}: apid does not answer on 127.0.0.1:{port} ({err})\nthe console of {} ({}):\n{}",
+                n.name,
+                n.name,
+                n.console().display(),
+                tail(&n.console(), 15)
+            );
+        }
+        progress.say(format_args!("{}: apid answers on 127.0.0.1:{port}", n.name));
+    }
+    Ok(())
 }
 
 /// Waits until every node is ready; fails early when a node's init ends.
