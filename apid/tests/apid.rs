@@ -12,7 +12,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use base64::Engine as _;
 use machinery::secrets::x509::{self, KeyAlgorithm, LeafRequest, Subject};
 use machinery::secrets::Bundle;
 use machinery::tls;
@@ -63,15 +62,6 @@ async fn node() -> Node {
     }
 }
 
-fn pem(b64: &str) -> String {
-    String::from_utf8(
-        base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap(),
-    )
-    .unwrap()
-}
-
 impl Node {
     fn os_ca(&self) -> x509::Certificate {
         self.bundle.os_ca().unwrap().0
@@ -83,7 +73,7 @@ impl Node {
             .bundle
             .client_certificate(&[role.to_string()], SystemTime::now(), T * 100)
             .unwrap();
-        (pem(&c.crt), pem(&c.key))
+        c.pem().unwrap()
     }
 
     fn channel(&self, identity: Option<(String, String)>) -> tonic::transport::Channel {

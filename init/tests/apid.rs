@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use base64::Engine as _;
 use cosi::ResourceSpec as _;
 use init::testing::Node;
 use machinery::resources::secrets::{ApiCertsSpec, API_ID, NAMESPACE as SECRETS};
@@ -31,15 +30,6 @@ const T: Duration = Duration::from_secs(60);
 const API: &str = "127.0.0.1:50000";
 const APID_UID: u32 = 1_990_000_014;
 
-fn pem(b64: &str) -> String {
-    String::from_utf8(
-        base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap(),
-    )
-    .unwrap()
-}
-
 /// A channel to the node's apid as `role` (a client certificate of the OS CA), or with no
 /// client certificate.
 fn channel(node: &Node, bundle: &Bundle, role: Option<&str>) -> Channel {
@@ -47,7 +37,7 @@ fn channel(node: &Node, bundle: &Bundle, role: Option<&str>) -> Channel {
         let c = bundle
             .client_certificate(&[r.to_string()], SystemTime::now(), T * 100)
             .unwrap();
-        (pem(&c.crt), pem(&c.key))
+        c.pem().unwrap()
     });
     let id = identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
     let config = Arc::new(tls::client_config(&[bundle.os_ca().unwrap().0], id).unwrap());

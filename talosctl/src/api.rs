@@ -94,6 +94,23 @@ fn pem(field: &str, context: &str, b64: &str) -> anyhow::Result<String> {
     String::from_utf8(bytes).with_context(|| format!("context {context:?}: {field} is not PEM"))
 }
 
+/// The TLS client configuration of a talosconfig context `name`: its `ca` (base64 PEM, one or
+/// more certificates) to verify the node, its `crt` and `key` (base64 PEM) to be verified.
+pub fn client_config(
+    name: &str,
+    ca: &str,
+    crt: &str,
+    key: &str,
+) -> anyhow::Result<tls::rustls::ClientConfig> {
+    let ca = pem("ca", name, ca)?;
+    let crt = pem("crt", name, crt)?;
+    let key = pem("key", name, key)?;
+    let cas = x509::certificates(ca.as_bytes())
+        .with_context(|| format!("context {name:?}: ca is not a PEM certificate"))?;
+    tls::client_config(&cas, Some((&crt, &key)))
+        .with_context(|| format!("context {name:?}: the client certificate and key"))
+}
+
 /// `host`, `host:port` or `[v6]:port` → the address to connect to and the host part.
 fn endpoint(text: &str) -> anyhow::Result<(SocketAddr, String)> {
     let text = text.trim();
@@ -140,13 +157,7 @@ pub fn resolve(sel: &Selection<'_>) -> anyhow::Result<Api> {
             sel.talosconfig.display()
         )
     })?;
-    let ca = pem("ca", name, &ctx.ca)?;
-    let crt = pem("crt", name, &ctx.crt)?;
-    let key = pem("key", name, &ctx.key)?;
-    let cas = x509::certificates(ca.as_bytes())
-        .with_context(|| format!("context {name:?}: ca is not a PEM certificate"))?;
-    let tls = tls::client_config(&cas, Some((&crt, &key)))
-        .with_context(|| format!("context {name:?}: the client certificate and key"))?;
+    let tls = client_config(name, &ctx.ca, &ctx.crt, &ctx.key)?;
     let endpoints: &[String] = if sel.endpoints.is_empty() {
         &ctx.endpoints
     } else {
@@ -269,5 +280,82 @@ mod tests {
         assert_eq!(a.port(), PORT);
         assert!(endpoint("127.0.0.1:x").is_err());
         assert!(endpoint(":5").is_err());
+    }
+
+    fn talosconfig(dir: &Path, crt: bool) -> std::path::PathBuf {
+        let bundle = machinery::secrets::Bundle::generate(std::time::SystemTime::now()).unwrap();
+        let client = bundle
+            .client_certificate(
+                &["os:reader".to_string()],
+                std::time::SystemTime::now(),
+                Duration::from_secs(3600),
+            )
+            .unwrap();
+        let mut config = TalosConfig {
+            context: Some("x".into()),
+            ..TalosConfig::default()
+        };
+        config.contexts.insert(
+            "x".into(),
+            crate::talosconfig::Context {
+                endpoints: vec!["127.0.0.1:40000".into(), "10.9.0.2".into()],
+                nodes: vec!["10.9.0.2".into()],
+                ca: bundle.os_ca_crt(),
+                crt: if crt { client.crt } else { String::new() },
+                key: client.key,
+                ..Default::default()
+            },
+        );
+        let path = dir.join("talosconfig");
+        config.save(&path).unwrap();
+        path
+    }
+
+    #[test]
+    fn nodes_are_endpoints_or_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = talosconfig(dir.path(), true);
+        let sel = |endpoints: &[&str], nodes: &[&str]| {
+            let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            let (e, n) = (own(endpoints), own(nodes));
+            resolve(&Selection {
+                endpoints: &e,
+                nodes: &n,
+                talosconfig: &path,
+                context: None,
+            })
+        };
+        // The context's node is one of its endpoints: called there, on port 50000.
+        let api = sel(&[], &[]).unwrap();
+        assert_eq!(api.nodes.len(), 1);
+        assert_eq!(api.nodes[0].addr.to_string(), "10.9.0.2:50000");
+        assert_eq!(api.nodes[0].label, "10.9.0.2");
+        // -e alone: its first endpoint.
+        let api = sel(&["127.0.0.1:40000"], &[]).unwrap();
+        assert_eq!(api.nodes[0].addr.to_string(), "127.0.0.1:40000");
+        assert_eq!(api.nodes[0].server_name, "127.0.0.1");
+        // A node that is no endpoint needs the proxy, which is not built: said so.
+        let err = format!("{:#}", sel(&[], &["10.9.0.3"]).unwrap_err());
+        assert!(
+            err.contains("not built yet") && err.contains("-e 10.9.0.3"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_context_without_a_client_certificate_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = talosconfig(dir.path(), false);
+        let err = format!(
+            "{:#}",
+            resolve(&Selection {
+                endpoints: &[],
+                nodes: &[],
+                talosconfig: &path,
+                context: None,
+            })
+            .unwrap_err()
+        );
+        assert!(err.contains("context \"x\" has no crt"), "{err}");
     }
 }

@@ -348,12 +348,7 @@ fn talosconfig(args: &ConfigArgs, bundle: &Bundle) -> anyhow::Result<String> {
         SystemTime::now(),
         CLIENT_CERT_TTL,
     )?;
-    let ca = bundle
-        .certs
-        .as_ref()
-        .and_then(|c| c.os.as_ref())
-        .map(|os| os.crt.clone())
-        .unwrap_or_default();
+    let ca = bundle.os_ca_crt();
     let endpoints = if args.endpoints.is_empty() {
         vec!["127.0.0.1".to_string()]
     } else {

@@ -143,6 +143,15 @@ pub struct CertAndKey {
     pub key: String,
 }
 
+impl CertAndKey {
+    /// The certificate and the key as PEM text (decoded from base64).
+    pub fn pem(&self) -> Result<(String, String), SecretsError> {
+        let text =
+            |field, b64: &str| String::from_utf8(unb64(field, b64)?).map_err(|_| SecretsError::Pem);
+        Ok((text("crt", &self.crt)?, text("key", &self.key)?))
+    }
+}
+
 /// A base64-encoded PEM key.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -396,6 +405,16 @@ impl Bundle {
             .and_then(|c| c.os.as_ref())
             .ok_or_else(|| SecretsError::Invalid(vec!["certs.os is required".into()]))?
             .parse()
+    }
+
+    /// The OS CA's certificate as the talosconfig's `ca` holds it (base64 PEM); empty when the
+    /// bundle has none.
+    pub fn os_ca_crt(&self) -> String {
+        self.certs
+            .as_ref()
+            .and_then(|c| c.os.as_ref())
+            .map(|os| os.crt.clone())
+            .unwrap_or_default()
     }
 
     /// A Talos API client certificate signed by the OS CA, as upstream's

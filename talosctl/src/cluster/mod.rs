@@ -653,9 +653,10 @@ fn build(
         std::time::SystemTime::now(),
         crate::gen::CLIENT_CERT_TTL,
     )?;
+    let ca = secrets.os_ca_crt();
     wait_api(
         cluster,
-        secrets,
+        &ca,
         &client,
         timeout.saturating_sub(started.elapsed()),
         progress,
@@ -667,12 +668,7 @@ fn build(
             .into_iter()
             .collect(),
         nodes: vec![first.ip.clone()],
-        ca: secrets
-            .certs
-            .as_ref()
-            .and_then(|c| c.os.as_ref())
-            .map(|os| os.crt.clone())
-            .unwrap_or_default(),
+        ca,
         crt: client.crt,
         key: client.key,
         local_cluster: Some(cluster.dir.clone()),
@@ -940,20 +936,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// waited for: their certificate would come from trustd, which no worker asks yet.
 fn wait_api(
     cluster: &Cluster,
-    secrets: &Bundle,
+    ca: &str,
     client: &machinery::secrets::CertAndKey,
     timeout: Duration,
     progress: &Progress,
 ) -> anyhow::Result<()> {
-    use base64::Engine as _;
-    let pem = |b64: &str| -> anyhow::Result<String> {
-        Ok(String::from_utf8(
-            base64::engine::general_purpose::STANDARD.decode(b64)?,
-        )?)
-    };
-    let (crt, key) = (pem(&client.crt)?, pem(&client.key)?);
-    let ca = secrets.os_ca()?.0;
-    let config = std::sync::Arc::new(machinery::tls::client_config(&[ca], Some((&crt, &key)))?);
+    let config = std::sync::Arc::new(crate::api::client_config(
+        &cluster.name,
+        ca,
+        &client.crt,
+        &client.key,
+    )?);
     let rt = runtime()?;
     let deadline = Instant::now() + timeout;
     for n in cluster
