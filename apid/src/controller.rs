@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use machinery::resources::secrets::{ApiCertsSpec, API_ID, NAMESPACE};
 use machinery::secrets::x509::Certificate;
-use machinery::tls::{certified_key, ClientCas, ServerCertificate};
+use machinery::tls::{certified_key, client_config, ClientCas, ServerCertificate};
 use tokio::sync::watch;
 
 /// What apid presents and accepts.
@@ -24,15 +24,22 @@ pub struct Credentials {
     pub identity: Arc<RwLock<Option<Identity>>>,
 }
 
-/// apid's credentials as a client of other nodes.
-#[derive(Clone, Debug)]
+/// apid's credentials as a client of other nodes: a TLS client configuration trusting the
+/// accepted CAs and presenting apid's `os:impersonator` certificate. It is replaced only when
+/// the certificate, key or CAs change, so that a user of it (the proxy's connection cache) can
+/// tell a change by pointer.
+#[derive(Clone)]
 pub struct Identity {
-    /// CAs a peer's serving certificate must chain to.
-    pub cas: Vec<Certificate>,
-    /// The client certificate (`os:impersonator`).
-    pub crt: String,
-    /// Its key.
-    pub key: String,
+    /// The configuration.
+    pub config: Arc<machinery::tls::rustls::ClientConfig>,
+    /// What it was made from: certificate PEM, key PEM, the CAs' DER.
+    source: (String, String, Vec<Vec<u8>>),
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity").finish_non_exhaustive()
+    }
 }
 
 /// `apid.CertificateController`.
@@ -98,19 +105,36 @@ impl CertificateController {
                 Vec::new()
             }
         };
-        let identity = match &spec.client {
-            Some(c) if !cas.is_empty() => Some(Identity {
-                cas,
-                crt: c.crt.clone(),
-                key: c.key.clone(),
-            }),
+        let source = match &spec.client {
+            Some(c) if !cas.is_empty() => Some((
+                c.crt.clone(),
+                c.key.clone(),
+                cas.iter().map(|c| c.der().to_vec()).collect::<Vec<_>>(),
+            )),
             _ => None,
         };
-        *self
+        let mut identity = self
             .creds
             .identity
             .write()
-            .unwrap_or_else(|e| e.into_inner()) = identity;
+            .unwrap_or_else(|e| e.into_inner());
+        match source {
+            None => *identity = None,
+            Some(source) if identity.as_ref().is_some_and(|i| i.source == source) => {}
+            Some(source) => match client_config(&cas, Some((&source.0, &source.1))) {
+                Ok(config) => {
+                    *identity = Some(Identity {
+                        config: Arc::new(config),
+                        source,
+                    })
+                }
+                Err(e) => {
+                    problems.push(format!("client certificate: {e}"));
+                    *identity = None;
+                }
+            },
+        }
+        drop(identity);
         self.report((!problems.is_empty()).then(|| problems.join("; ")));
         self.serving
             .send_replace(self.creds.server.is_set() && !spec.accepted_cas.is_empty());

@@ -4,6 +4,7 @@
 //!   front of every service;
 //! - [`state`]: `cosi.resource.State`, read-only, with upstream's access filter;
 //! - [`machine`]: the part of `machine.MachineService` that exists on a talos-rs node;
+//! - [`proxy`]: forwarding to other nodes (`node`, `nodes` metadata), as upstream's director;
 //! - [`controller`]: the serving certificate and accepted CAs, from secretsd's resources;
 //! - [`run`]: the daemon.
 #![deny(missing_docs)]
@@ -12,5 +13,6 @@
 pub mod auth;
 pub mod controller;
 pub mod machine;
+pub mod proxy;
 pub mod run;
 pub mod state;

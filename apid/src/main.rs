@@ -51,6 +51,7 @@ fn main() -> ExitCode {
             max_connections: args.max_connections,
             ..machinery::tls::Limits::default()
         },
+        peer_port: apid::run::PORT,
     };
     d.run(
         Some(2),

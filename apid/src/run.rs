@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::auth::AuthzLayer;
 use crate::controller::{CertificateController, Credentials};
 use crate::machine::Machine;
+use crate::proxy::{Peers, ProxyLayer};
 use crate::state::{Catalog, CatalogController, ReadOnlyState};
 
 /// The namespace apid writes: its dependency graph.
@@ -40,6 +41,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Connection bounds.
     pub limits: tls::Limits,
+    /// The port of other nodes' apid, where `node`/`nodes` requests go ([`PORT`]; tests run
+    /// several apid on one host).
+    pub peer_port: u16,
 }
 
 /// Why apid stopped.
@@ -111,6 +115,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
     ))
     .max_decoding_message_size(MAX_REQUEST)
     .max_encoding_message_size(cosi::client::MAX_MESSAGE);
+    let peers = Peers::new(creds.identity.clone(), config.peer_port);
     let serve = async {
         if serving.wait_for(|s| *s).await.is_err() {
             return Ok(());
@@ -122,7 +127,11 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION as u32))
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-            .layer(AuthzLayer)
+            .layer(
+                tower::ServiceBuilder::new()
+                    .layer(AuthzLayer)
+                    .layer(ProxyLayer::new(peers)),
+            )
             .add_service(state)
             .add_service(machine)
             .serve_with_incoming_shutdown(

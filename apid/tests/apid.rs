@@ -33,13 +33,21 @@ struct Node {
 }
 
 async fn node() -> Node {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    node_at("127.0.0.1", "cp-1", port).await
+}
+
+/// A control plane `hostname` whose apid listens on `ip`:`port` and forwards to other nodes'
+/// `port`; every node of a test is made from the same bundle (one cluster).
+async fn node_at(ip: &str, hostname: &str, port: u16) -> Node {
     let harness = Harness::start().await;
     let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
-    let stop_secretsd = secretsd::testing::control_plane(&harness.client, &bundle).await;
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let stop_secretsd =
+        secretsd::testing::control_plane_named(&harness.client, &bundle, hostname, &[ip]).await;
+    let addr = SocketAddr::new(ip.parse().unwrap(), port);
     let (stop_apid, rx) = oneshot::channel::<()>();
     let config = apid::run::Config {
         socket: harness.socket.clone(),
@@ -47,6 +55,7 @@ async fn node() -> Node {
         init_socket: harness.socket.with_file_name("no-init.sock"),
         listen: addr,
         limits: tls::Limits::default(),
+        peer_port: port,
     };
     tokio::spawn(async move { apid::run::run(config, || {}, rx).await.unwrap() });
     let end = Instant::now() + T;
@@ -59,6 +68,20 @@ async fn node() -> Node {
         addr,
         bundle,
         _stop: (stop_secretsd, stop_apid),
+    }
+}
+
+/// A port free on 127.0.0.1, .2 and .3 (the last stays unused: a node that is down).
+fn shared_port() -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        if ["127.0.0.2", "127.0.0.3"]
+            .iter()
+            .all(|ip| std::net::TcpListener::bind((*ip, port)).is_ok())
+        {
+            return port;
+        }
     }
 }
 
@@ -79,7 +102,13 @@ impl Node {
     fn channel(&self, identity: Option<(String, String)>) -> tonic::transport::Channel {
         let id = identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
         let config = Arc::new(tls::client_config(&[self.os_ca()], id).unwrap());
-        tls::channel(self.addr, "127.0.0.1", config, Duration::from_secs(5)).unwrap()
+        tls::channel(
+            self.addr,
+            &self.addr.ip().to_string(),
+            config,
+            Duration::from_secs(5),
+        )
+        .unwrap()
     }
 
     fn as_role(&self, role: &str) -> tonic::transport::Channel {
@@ -384,4 +413,181 @@ async fn calls_that_need_init_say_it_is_not_answering() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
+}
+
+fn with_metadata<T>(msg: T, key: &'static str, values: &[&str]) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(msg);
+    for v in values {
+        req.metadata_mut().append(key, v.parse().unwrap());
+    }
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_forwards_to_one_node_or_fans_out_to_many_with_the_callers_roles() {
+    let port = shared_port();
+    let one = node_at("127.0.0.1", "cp-1", port).await;
+    let _two = node_at("127.0.0.2", "cp-2", port).await;
+    let admin = || MachineServiceClient::new(one.as_role("os:admin"));
+
+    // node: one-to-one, passed through as it is.
+    let h = admin()
+        .hostname(with_metadata((), "node", &["127.0.0.2"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(h.messages.len(), 1);
+    assert_eq!(h.messages[0].hostname, "cp-2");
+    // Any service one-to-one: a resource of the other node's state.
+    let r = StateClient::new(one.as_role("os:admin"))
+        .get(with_metadata(
+            get("network", "HostnameStatuses.net.talos.dev", "hostname"),
+            "node",
+            &["127.0.0.2"],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let spec = r.resource.unwrap().spec.unwrap();
+    let spec = spec.yaml_spec + &String::from_utf8_lossy(&spec.proto_spec);
+    assert!(spec.contains("cp-2"), "{spec}");
+
+    // nodes: one call, every node's reply, each naming its node; a node that is down is a
+    // reply carrying its error, and the call succeeds.
+    let h = admin()
+        .hostname(with_metadata(
+            (),
+            "nodes",
+            &["127.0.0.1", "127.0.0.2", "127.0.0.3"],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(h.messages.len(), 3, "{h:?}");
+    let meta = |i: usize| h.messages[i].metadata.clone().unwrap();
+    assert_eq!(
+        (meta(0).hostname.as_str(), h.messages[0].hostname.as_str()),
+        ("127.0.0.1", "cp-1")
+    );
+    assert_eq!(
+        (meta(1).hostname.as_str(), h.messages[1].hostname.as_str()),
+        ("127.0.0.2", "cp-2")
+    );
+    assert_eq!(meta(2).hostname, "127.0.0.3");
+    assert!(
+        meta(2)
+            .error
+            .starts_with("rpc error: code = Unavailable desc = "),
+        "{:?}",
+        meta(2)
+    );
+    assert_eq!(meta(2).status.unwrap().code, Code::Unavailable as i32);
+    assert!(meta(0).error.is_empty() && meta(1).error.is_empty());
+    let v = admin()
+        .version(with_metadata((), "nodes", &["127.0.0.2"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(v.messages.len(), 1);
+    assert_eq!(
+        v.messages[0].metadata.as_ref().unwrap().hostname,
+        "127.0.0.2"
+    );
+    assert_eq!(
+        v.messages[0].version.as_ref().unwrap().tag,
+        apid::machine::TAG
+    );
+
+    // A stream fanned out: Logs needs init, absent here, so each node answers with its error,
+    // as one message each, and the stream ends OK.
+    let mut logs = admin()
+        .logs(with_metadata(
+            proto::machine::LogsRequest {
+                id: "networkd".into(),
+                ..Default::default()
+            },
+            "nodes",
+            &["127.0.0.1", "127.0.0.2"],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut from = Vec::new();
+    while let Some(d) = logs.message().await.unwrap() {
+        let m = d.metadata.unwrap();
+        assert!(m.error.contains("init's control socket"), "{m:?}");
+        from.push(m.hostname);
+    }
+    from.sort();
+    assert_eq!(from, ["127.0.0.1", "127.0.0.2"]);
+
+    // The target authorizes with the caller's roles, not with the forwarding apid's: a
+    // reader is refused a sensitive type there, and may not reboot through the proxy.
+    let e = StateClient::new(one.as_role("os:reader"))
+        .get(with_metadata(
+            get("secrets", API_CERTS, "api"),
+            "node",
+            &["127.0.0.2"],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let e = MachineServiceClient::new(one.as_role("os:reader"))
+        .reboot(with_metadata(
+            proto::machine::RebootRequest { mode: 0 },
+            "node",
+            &["127.0.0.2"],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    // A reader claiming a role in talos-role gets nothing more through the proxy either.
+    let mut req = with_metadata(get("secrets", API_CERTS, "api"), "node", &["127.0.0.2"]);
+    req.metadata_mut()
+        .insert("talos-role", "os:admin".parse().unwrap());
+    let e = StateClient::new(one.as_role("os:reader"))
+        .get(req)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    // The admin's role is what the target sees.
+    StateClient::new(one.as_role("os:admin"))
+        .get(with_metadata(
+            get("secrets", API_CERTS, "api"),
+            "node",
+            &["127.0.0.2"],
+        ))
+        .await
+        .unwrap();
+
+    // Refusals, each INVALID_ARGUMENT and saying why.
+    for (key, values, says) in [
+        ("node", &["127.0.0.2:50000"][..], "without a port"),
+        ("node", &["cp-2"][..], "resolves no names"),
+        ("node", &["127.0.0.1", "127.0.0.2"][..], "single-valued"),
+    ] {
+        let e = admin()
+            .hostname(with_metadata((), key, values))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{values:?}: {e:?}");
+        assert!(e.message().contains(says), "{values:?}: {}", e.message());
+    }
+    let e = StateClient::new(one.as_role("os:admin"))
+        .get(with_metadata(
+            get("network", NODE_ADDRESSES, "x"),
+            "nodes",
+            &["127.0.0.2"],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("one-2-many"), "{}", e.message());
+    let many: Vec<String> = (1..=65).map(|i| format!("127.0.1.{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let e = admin()
+        .version(with_metadata((), "nodes", &many))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
 }

@@ -140,13 +140,13 @@ TRUSTD = STARTUP + RUNTIME + [
     call("shutdown"), call("getpeername"), call("getsockname"),
 ]
 
-# apid: a client of stated and of init's control socket, a TLS server on TCP 50000 (landlock
-# allows binding that port only, and no TCP connect).
+# apid: a client of stated and of init's control socket, a TLS server on TCP 50000 and a TLS
+# client of other nodes' apid (landlock allows binding and connecting to that port only).
 APID = STARTUP + RUNTIME + [
     call("socket", "stated's and init's sockets", [arg_eq(0, AF_UNIX, "AF_UNIX")]),
     call("socket", "the listener and its connections (IPv4)", [arg_eq(0, AF_INET, "AF_INET")]),
     call("socket", "the listener and its connections (IPv6)", [arg_eq(0, AF_INET6, "AF_INET6")]),
-    call("connect", "stated's and init's sockets; landlock forbids every TCP connect"),
+    call("connect", "stated's and init's sockets; other nodes' apid (landlock allows TCP port 50000 only)"),
     call("bind", "0.0.0.0:50000; landlock allows no other TCP port"), call("listen"),
     call("accept4", "API clients"),
     call("setsockopt", "SO_REUSEADDR on the listener, TCP_NODELAY on connections"),

@@ -63,6 +63,21 @@ pub async fn addresses(c: &cosi::Client, addrs: &[&str]) {
 ///
 /// When the configuration cannot be made or stated refuses it (a test failure).
 pub async fn control_plane(client: &cosi::Client, bundle: &Bundle) -> oneshot::Sender<()> {
+    control_plane_named(client, bundle, "cp-1", &["127.0.0.1"]).await
+}
+
+/// [`control_plane`] named `hostname`, with `cert_sans` in its certSANs (each apid of a test
+/// of several nodes on one host listens on its own loopback address).
+///
+/// # Panics
+///
+/// As [`control_plane`].
+pub async fn control_plane_named(
+    client: &cosi::Client,
+    bundle: &Bundle,
+    hostname: &str,
+    cert_sans: &[&str],
+) -> oneshot::Sender<()> {
     let mut config = generate(
         &Input::new("demo", "https://10.5.0.2:6443", bundle),
         MachineType::ControlPlane,
@@ -75,7 +90,7 @@ pub async fn control_plane(client: &cosi::Client, bundle: &Bundle) -> oneshot::S
         panic!("define types: {e}");
     }
     if let Some(m) = config.v1alpha1.as_mut().and_then(|d| d.machine.as_mut()) {
-        m.cert_sans = vec!["127.0.0.1".into()];
+        m.cert_sans = cert_sans.iter().map(|s| (*s).to_string()).collect();
     }
     let yaml = config.to_yaml().unwrap_or_else(|e| panic!("yaml: {e}"));
     put(client, CONFIG_NS, ACTIVE_ID, MachineConfigSpec(yaml)).await;
@@ -97,7 +112,7 @@ pub async fn control_plane(client: &cosi::Client, bundle: &Bundle) -> oneshot::S
         NETWORK_NS,
         HOSTNAME_ID,
         HostnameStatusSpec {
-            hostname: "cp-1".into(),
+            hostname: hostname.into(),
             domainname: String::new(),
         },
     )
