@@ -2,15 +2,17 @@
 //! credentials: the context's `ca` (the OS CA the node's certificate must chain to), `crt` and
 //! `key` (the client certificate whose Organization holds the roles), and where to connect.
 //!
-//! Which address serves which node:
-//! - `-e/--endpoints` (else the context's `endpoints`): `host` or `host:port` (port 50000 by
-//!   default); without nodes, the call goes to the first endpoint;
-//! - `-n/--nodes` (else the context's `nodes`): in a context of a local cluster (`cluster
-//!   create`), each node by name or IP is reached where its apid is published on the host
-//!   (`127.0.0.1:<port>`); elsewhere a node must be one of the endpoints. With `-e` and no
-//!   `-n`, the endpoints' first node is the one called. Upstream reaches
-//!   other nodes through the endpoint's apid (its `node`/`nodes` metadata proxy), which
-//!   talos-rs's apid does not do yet: such a `-n` is refused with that reason.
+//! Which node answers, as upstream's talosctl:
+//! - the call goes to the first of `-e/--endpoints` (else of the context's `endpoints`): `host`
+//!   or `host:port` (port 50000 by default), whose certificate must name `host`;
+//! - `-n/--nodes` (else the context's `nodes`, unless `-e` was given) are sent as the `nodes`
+//!   metadata: the endpoint's apid forwards the call to each node and answers with every
+//!   node's reply, each naming its node (`metadata.hostname`), a node that failed included.
+//!   In a context of a local cluster (`cluster create`) a node may be given by name; it is
+//!   sent as its address. Without nodes, the endpoint answers for itself.
+//!
+//! apid forwards to IP addresses only (it resolves no names): a name that is not a local
+//! cluster's node comes back as apid's INVALID_ARGUMENT.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
@@ -44,10 +46,10 @@ pub struct Selection<'a> {
     pub context: Option<&'a str>,
 }
 
-/// One node to call.
+/// Where calls go.
 #[derive(Clone, Debug)]
-pub struct Node {
-    /// What the NODE column shows: the node as the user named it (or the endpoint).
+pub struct Endpoint {
+    /// The endpoint as the user gave it.
     pub label: String,
     /// Where to connect.
     pub addr: SocketAddr,
@@ -55,29 +57,55 @@ pub struct Node {
     pub server_name: String,
 }
 
-/// The nodes of a selection and the TLS configuration to reach them with.
+/// The endpoint, the nodes it forwards to and the TLS configuration to reach it with.
 pub struct Api {
-    /// The nodes, in the order asked.
-    pub nodes: Vec<Node>,
+    /// Where to connect.
+    pub endpoint: Endpoint,
+    /// The nodes (addresses) to send as `nodes` metadata; empty: the endpoint itself.
+    pub nodes: Vec<String>,
     config: Arc<tls::rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for Api {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Api").field("nodes", &self.nodes).finish()
+        f.debug_struct("Api")
+            .field("endpoint", &self.endpoint)
+            .field("nodes", &self.nodes)
+            .finish()
     }
 }
 
 impl Api {
-    /// A lazily connected channel to `node`.
-    pub fn channel(&self, node: &Node) -> anyhow::Result<Channel> {
+    /// A lazily connected channel to the endpoint.
+    pub fn channel(&self) -> anyhow::Result<Channel> {
         tls::channel(
-            node.addr,
-            &node.server_name,
+            self.endpoint.addr,
+            &self.endpoint.server_name,
             self.config.clone(),
             CONNECT_TIMEOUT,
         )
-        .with_context(|| format!("{}: cannot make a channel", node.label))
+        .with_context(|| format!("{}: cannot make a channel", self.endpoint.label))
+    }
+
+    /// `msg` as a request for every node (`nodes` metadata), or for the endpoint itself.
+    pub fn for_nodes<T>(&self, msg: T) -> anyhow::Result<tonic::Request<T>> {
+        let mut req = tonic::Request::new(msg);
+        for n in &self.nodes {
+            let v = n
+                .parse()
+                .with_context(|| format!("node {n:?} cannot be sent as gRPC metadata"))?;
+            req.metadata_mut().append("nodes", v);
+        }
+        Ok(req)
+    }
+
+    /// What names the answering node when its reply does not: the one node asked for, else
+    /// the endpoint.
+    pub fn default_label(&self) -> &str {
+        match self.nodes.as_slice() {
+            [one] => one,
+            _ => &self.endpoint.label,
+        }
     }
 }
 
@@ -148,7 +176,7 @@ fn endpoint(text: &str) -> anyhow::Result<(SocketAddr, String)> {
     Ok((addr, host))
 }
 
-/// The nodes to call and the credentials, from the talosconfig and the command line.
+/// The endpoint, the nodes and the credentials, from the talosconfig and the command line.
 pub fn resolve(sel: &Selection<'_>) -> anyhow::Result<Api> {
     let config = TalosConfig::load(sel.talosconfig)?;
     let (name, ctx) = config.context(sel.context).with_context(|| {
@@ -163,7 +191,7 @@ pub fn resolve(sel: &Selection<'_>) -> anyhow::Result<Api> {
     } else {
         sel.endpoints
     };
-    // With -e and no -n, the endpoint itself: the context's nodes would need the proxy.
+    // With -e and no -n, the endpoint itself: the context's nodes belong to its endpoints.
     let nodes: &[String] = if !sel.nodes.is_empty() {
         sel.nodes
     } else if sel.endpoints.is_empty() {
@@ -172,92 +200,83 @@ pub fn resolve(sel: &Selection<'_>) -> anyhow::Result<Api> {
         &[]
     };
     let cluster = match &ctx.local_cluster {
-        Some(dir) if sel.endpoints.is_empty() => Some(Cluster::load(dir).with_context(|| {
+        Some(dir) => Some(Cluster::load(dir).with_context(|| {
             format!(
                 "context {name:?}: its cluster ({}) is gone (talosctl cluster create)",
                 dir.display()
             )
         })?),
-        _ => None,
+        None => None,
     };
-    let mut out = Vec::new();
-    if nodes.is_empty() {
-        let first = endpoints
-            .first()
-            .with_context(|| format!("context {name:?} has no endpoints: give -e/--endpoints"))?;
-        let (addr, host) = endpoint(first)?;
-        out.push(Node {
+    let first = endpoints
+        .first()
+        .with_context(|| format!("context {name:?} has no endpoints: give -e/--endpoints"))?;
+    let (addr, host) = endpoint(first)?;
+    let mut targets = Vec::new();
+    for wanted in nodes {
+        let wanted = wanted.trim();
+        let ip = match &cluster {
+            Some(cluster) => {
+                let node = cluster.find(wanted).with_context(|| {
+                    format!(
+                        "node {wanted:?} is not in cluster {} (context {name:?})",
+                        cluster.name
+                    )
+                })?;
+                node.ip.clone()
+            }
+            None => wanted.to_string(),
+        };
+        if !targets.contains(&ip) {
+            targets.push(ip);
+        }
+    }
+    Ok(Api {
+        endpoint: Endpoint {
             label: first.clone(),
             addr,
             server_name: host,
-        });
-    }
-    for wanted in nodes {
-        if let Some(cluster) = &cluster {
-            let node = cluster.find(wanted).with_context(|| {
-                format!(
-                    "node {wanted:?} is not in cluster {} (context {name:?})",
-                    cluster.name
-                )
-            })?;
-            let port = node.api_port.with_context(|| {
-                format!(
-                    "node {}: its API is not published on the host (a cluster made before \
-                     apid: recreate it)",
-                    node.name
-                )
-            })?;
-            out.push(Node {
-                label: wanted.clone(),
-                addr: SocketAddr::from(([127, 0, 0, 1], port)),
-                server_name: "127.0.0.1".into(),
-            });
-            continue;
-        }
-        let mut found = None;
-        for e in endpoints {
-            let (addr, host) = endpoint(e)?;
-            if host == *wanted || e == wanted {
-                found = Some((addr, host));
-                break;
-            }
-        }
-        let (addr, server_name) = found.with_context(|| {
-            format!(
-                "-n {wanted}: reaching a node through an endpoint's apid (upstream's proxy) is \
-                 not built yet; give the node as an endpoint (-e {wanted})"
-            )
-        })?;
-        out.push(Node {
-            label: wanted.clone(),
-            addr,
-            server_name,
-        });
-    }
-    Ok(Api {
-        nodes: out,
+        },
+        nodes: targets,
         config: Arc::new(tls),
     })
 }
 
 /// Says what a failed call means, for the error line.
-pub fn explain(node: &Node, status: &tonic::Status) -> anyhow::Error {
+pub fn explain(api: &Api, status: &tonic::Status) -> anyhow::Error {
+    let ep = &api.endpoint;
     match status.code() {
         tonic::Code::PermissionDenied => anyhow::anyhow!(
             "{}: permission denied: {} (the talosconfig's certificate lacks the role)",
-            node.label,
+            ep.label,
             status.message()
         ),
         tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
             anyhow::anyhow!(
                 "{}: the Talos API at {} does not answer: {} (is the node up, and does it \
                  accept this talosconfig's certificate?)",
-                node.label,
-                node.addr,
+                ep.label,
+                ep.addr,
                 cosi::error::Chain(status)
             )
         }
-        _ => anyhow::anyhow!("{}: {}", node.label, status.message()),
+        _ => anyhow::anyhow!("{}: {}", ep.label, status.message()),
+    }
+}
+
+/// A node's failure inside a reply (`metadata.error`), for the error line.
+pub fn node_error(node: &str, status: Option<&proto::google::rpc::Status>, error: &str) -> String {
+    match status {
+        Some(s) if s.code == tonic::Code::PermissionDenied as i32 => format!(
+            "{node}: permission denied: {} (the talosconfig's certificate lacks the role)",
+            s.message
+        ),
+        Some(s) if s.code == tonic::Code::Unavailable as i32 => format!(
+            "{node}: the node's Talos API does not answer the endpoint: {}",
+            s.message
+        ),
+        Some(s) if !s.message.is_empty() => format!("{node}: {}", s.message),
+        _ => format!("{node}: {error}"),
     }
 }
 
@@ -312,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn nodes_are_endpoints_or_refused_with_the_reason() {
+    fn calls_go_to_the_first_endpoint_with_the_nodes_as_metadata() {
         let dir = tempfile::tempdir().unwrap();
         let path = talosconfig(dir.path(), true);
         let sel = |endpoints: &[&str], nodes: &[&str]| {
@@ -324,22 +343,27 @@ mod tests {
                 talosconfig: &path,
                 context: None,
             })
+            .unwrap()
         };
-        // The context's node is one of its endpoints: called there, on port 50000.
-        let api = sel(&[], &[]).unwrap();
-        assert_eq!(api.nodes.len(), 1);
-        assert_eq!(api.nodes[0].addr.to_string(), "10.9.0.2:50000");
-        assert_eq!(api.nodes[0].label, "10.9.0.2");
-        // -e alone: its first endpoint.
-        let api = sel(&["127.0.0.1:40000"], &[]).unwrap();
-        assert_eq!(api.nodes[0].addr.to_string(), "127.0.0.1:40000");
-        assert_eq!(api.nodes[0].server_name, "127.0.0.1");
-        // A node that is no endpoint needs the proxy, which is not built: said so.
-        let err = format!("{:#}", sel(&[], &["10.9.0.3"]).unwrap_err());
-        assert!(
-            err.contains("not built yet") && err.contains("-e 10.9.0.3"),
-            "{err}"
-        );
+        // The context's first endpoint, its nodes as metadata.
+        let api = sel(&[], &[]);
+        assert_eq!(api.endpoint.addr.to_string(), "127.0.0.1:40000");
+        assert_eq!(api.endpoint.server_name, "127.0.0.1");
+        assert_eq!(api.nodes, ["10.9.0.2"]);
+        let req = api.for_nodes(()).unwrap();
+        let sent: Vec<_> = req.metadata().get_all("nodes").iter().collect();
+        assert_eq!(sent, ["10.9.0.2"]);
+        assert_eq!(api.default_label(), "10.9.0.2");
+        // -e alone: the endpoint answers for itself, no metadata.
+        let api = sel(&["10.9.0.7"], &[]);
+        assert_eq!(api.endpoint.addr.to_string(), "10.9.0.7:50000");
+        assert!(api.nodes.is_empty());
+        assert!(api.for_nodes(()).unwrap().metadata().get("nodes").is_none());
+        assert_eq!(api.default_label(), "10.9.0.7");
+        // -n: any nodes, each once, in order; the endpoint forwards.
+        let api = sel(&[], &["10.9.0.3", "10.9.0.4", "10.9.0.3"]);
+        assert_eq!(api.nodes, ["10.9.0.3", "10.9.0.4"]);
+        assert_eq!(api.default_label(), "127.0.0.1:40000");
     }
 
     #[test]

@@ -73,9 +73,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "TALOS_INIT_SOCKET", value_name = "PATH")]
     pub init_socket: Option<PathBuf>,
 
-    /// Target nodes (comma-separated): names or IPs of nodes of the talosconfig context's
-    /// local cluster [default: the context's nodes, else the local node]. Remote nodes need
-    /// apid's proxy, which is not built yet.
+    /// Target nodes (comma-separated) [default: the talosconfig context's nodes]. Commands
+    /// through apid (`version`) send them to the endpoint, whose apid forwards to each node:
+    /// IP addresses, or names of the context's local cluster's nodes. The other commands
+    /// reach nodes of the context's local cluster (names or IPs) from this host, as root
+    /// [their default: the local node].
     #[arg(
         short = 'n',
         long,
@@ -86,7 +88,8 @@ pub struct Cli {
     pub nodes: Vec<String>,
 
     /// Talos API endpoints (comma-separated `host[:port]`, port 50000 by default) for the
-    /// commands that go through apid (`version`) [default: the talosconfig context's].
+    /// commands that go through apid (`version`): calls go to the first [default: the
+    /// talosconfig context's]. With `-e` and no `-n`, the endpoint answers for itself.
     #[arg(
         short = 'e',
         long,

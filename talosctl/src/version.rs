@@ -44,55 +44,40 @@ pub fn client(args: &VersionArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server part: every node of `api`, in order; a node that fails is reported and the
-/// others still answer; the error lists the failed ones.
+/// The server part: one call to the endpoint, for every node of `api` (the endpoint's apid
+/// forwards it); each node's reply in the order they come, a node that failed reported and
+/// the others still shown; the error lists the failed ones.
 pub async fn servers(api: &Api, args: &VersionArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(out, "Server:")?;
+    let reply = MachineServiceClient::new(api.channel()?)
+        .version(api.for_nodes(())?)
+        .await
+        .map_err(|s| api::explain(api, &s))?
+        .into_inner();
     let mut errors = Vec::new();
-    for node in &api.nodes {
-        let reply = match api.channel(node) {
-            Ok(ch) => MachineServiceClient::new(ch)
-                .version(())
-                .await
-                .map_err(|s| api::explain(node, &s)),
-            Err(e) => Err(e),
+    for m in reply.messages {
+        let meta = m.metadata.clone().unwrap_or_default();
+        let name = if meta.hostname.is_empty() {
+            api.default_label().to_string()
+        } else {
+            meta.hostname.clone()
         };
-        let reply = match reply {
-            Ok(r) => r.into_inner(),
-            Err(e) => {
-                errors.push(format!("{e:#}"));
-                continue;
-            }
-        };
-        for m in reply.messages {
-            let name = m
-                .metadata
-                .as_ref()
-                .map(|md| md.hostname.clone())
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| node.label.clone());
-            if let Some(err) = m
-                .metadata
-                .as_ref()
-                .map(|md| &md.error)
-                .filter(|e| !e.is_empty())
-            {
-                errors.push(format!("{name}: {err}"));
-                continue;
-            }
-            let v = m.version.unwrap_or_default();
-            writeln!(out, "\tNODE:        {name}")?;
-            writeln!(out, "\tTag:         {}", v.tag)?;
-            if args.short {
-                continue;
-            }
-            writeln!(out, "\tSHA:         {}", v.sha)?;
-            writeln!(out, "\tBuilt:       {}", v.built)?;
-            writeln!(out, "\tGo version:  {}", v.go_version)?;
-            writeln!(out, "\tOS/Arch:     {}/{}", v.os, v.arch)?;
-            if m.features.is_some_and(|f| f.rbac) {
-                writeln!(out, "\tEnabled:     RBAC")?;
-            }
+        if !meta.error.is_empty() {
+            errors.push(api::node_error(&name, meta.status.as_ref(), &meta.error));
+            continue;
+        }
+        let v = m.version.unwrap_or_default();
+        writeln!(out, "\tNODE:        {name}")?;
+        writeln!(out, "\tTag:         {}", v.tag)?;
+        if args.short {
+            continue;
+        }
+        writeln!(out, "\tSHA:         {}", v.sha)?;
+        writeln!(out, "\tBuilt:       {}", v.built)?;
+        writeln!(out, "\tGo version:  {}", v.go_version)?;
+        writeln!(out, "\tOS/Arch:     {}/{}", v.os, v.arch)?;
+        if m.features.is_some_and(|f| f.rbac) {
+            writeln!(out, "\tEnabled:     RBAC")?;
         }
     }
     if errors.is_empty() {

@@ -349,13 +349,14 @@ fn talosconfig_pem(talosconfig: &std::path::Path, field: &str) -> String {
 }
 
 #[test]
-fn apid_is_published_on_loopback_and_any_grpc_client_with_the_talosconfig_reaches_it() {
+fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client_reaches_it() {
     require_root!();
     let _one = lock();
     let before = HostSnapshot::take();
-    let mut cluster = Cluster::builder().controlplanes(1).workers(0).create();
+    let mut cluster = Cluster::builder().controlplanes(2).workers(0).create();
     let info = cluster.show();
     let cp = &info.nodes[0];
+    let cp2 = &info.nodes[1];
     let api = cp.api.clone().expect("the node's API is published");
     assert!(api.starts_with("127.0.0.1:"), "{api}");
 
@@ -373,6 +374,31 @@ fn apid_is_published_on_loopback_and_any_grpc_client_with_the_talosconfig_reache
     ] {
         assert!(printed.contains(want), "{want:?} in:\n{printed}");
     }
+    // Both control planes in one call, the second by name: the endpoint's apid (sandboxed,
+    // landlock allowing TCP connects to 50000 only) forwards to the other over the cluster's
+    // bridge with its impersonator certificate; each reply names its node.
+    let nodes = format!("{},{}", cp.ip, cp2.name);
+    let out = cluster.talosctl(&["version", "--short", "-n", &nodes]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    let first = printed.find(&format!("NODE:        {}", cp.ip));
+    let second = printed.find(&format!("NODE:        {}", cp2.ip));
+    assert!(
+        first.is_some() && second.is_some() && first < second,
+        "both nodes, in order:\n{printed}"
+    );
+    assert_eq!(
+        printed.matches("Tag:         v0.1.0").count(),
+        2,
+        "{printed}"
+    );
+    let out = cluster.talosctl(&["version", "-n", "nowhere"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("\"nowhere\" is not in cluster"),
+        "{}",
+        text(&out)
+    );
     // The same through the endpoint named on the command line.
     let out = cluster.talosctl(&["version", "-e", &api, "--short"]);
     assert!(out.status.success(), "{}", text(&out));
