@@ -126,12 +126,13 @@ SECRETSD = STARTUP + RUNTIME + [
     call("shutdown", "closing the connection to stated"), call("getpeername"), call("getsockname"),
 ]
 
-# trustd: a stated client and a TLS server on TCP 50001 (landlock allows binding that port only).
+# trustd: a stated client and a TLS server on TCP 50001; on a worker, a TLS client of a control
+# plane's trustd (landlock allows binding and connecting to that port only).
 TRUSTD = STARTUP + RUNTIME + [
     call("socket", "stated's socket", [arg_eq(0, AF_UNIX, "AF_UNIX")]),
     call("socket", "the listener and its connections (IPv4)", [arg_eq(0, AF_INET, "AF_INET")]),
     call("socket", "the listener and its connections (IPv6)", [arg_eq(0, AF_INET6, "AF_INET6")]),
-    call("connect", "stated's socket; landlock forbids every TCP connect"),
+    call("connect", "stated's socket; a control plane's trustd (landlock allows TCP port 50001 only)"),
     call("bind", "0.0.0.0:50001; landlock allows no other TCP port"), call("listen"),
     call("accept4", "clients of the Certificate RPC"),
     call("setsockopt", "SO_REUSEADDR on the listener, TCP_NODELAY on connections"),

@@ -78,11 +78,46 @@ pub async fn control_plane_named(
     hostname: &str,
     cert_sans: &[&str],
 ) -> oneshot::Sender<()> {
-    let mut config = generate(
-        &Input::new("demo", "https://10.5.0.2:6443", bundle),
-        MachineType::ControlPlane,
+    node(
+        client,
+        bundle,
+        &Node {
+            machine_type: MachineType::ControlPlane,
+            endpoint: "https://10.5.0.2:6443",
+            hostname,
+            address: "10.5.0.2/24",
+            cert_sans,
+        },
     )
-    .unwrap_or_else(|e| panic!("generate: {e}"));
+    .await
+}
+
+/// What a node of [`node`] is.
+#[derive(Clone, Copy, Debug)]
+pub struct Node<'a> {
+    /// Control plane or worker.
+    pub machine_type: MachineType,
+    /// `cluster.controlPlane.endpoint` (a worker's trustd is its host).
+    pub endpoint: &'a str,
+    /// Its hostname.
+    pub hostname: &'a str,
+    /// Its address (the NodeAddress secretsd names in certificates), with prefix.
+    pub address: &'a str,
+    /// `machine.certSANs`.
+    pub cert_sans: &'a [&'a str],
+}
+
+/// A node of cluster `demo` made from `bundle` as `gen config` makes it (a worker's holds no
+/// CA key), with every type defined and secretsd's controllers running until the returned
+/// sender is dropped.
+///
+/// # Panics
+///
+/// As [`control_plane`].
+pub async fn node(client: &cosi::Client, bundle: &Bundle, n: &Node<'_>) -> oneshot::Sender<()> {
+    let (hostname, cert_sans) = (n.hostname, n.cert_sans);
+    let mut config = generate(&Input::new("demo", n.endpoint, bundle), n.machine_type)
+        .unwrap_or_else(|e| panic!("generate: {e}"));
     if let Err(e) = client
         .define_types(&machinery::resources::definitions(), "")
         .await
@@ -117,7 +152,7 @@ pub async fn control_plane_named(
         },
     )
     .await;
-    addresses(client, &["10.5.0.2/24"]).await;
+    addresses(client, &[n.address]).await;
     let registry = crate::controllers::registry(&crate::controllers::Options::default())
         .unwrap_or_else(|e| panic!("registry: {e}"));
     let runtime = cosi::Runtime::with_registry(client.clone(), registry);

@@ -353,10 +353,12 @@ fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client
     require_root!();
     let _one = lock();
     let before = HostSnapshot::take();
-    let mut cluster = Cluster::builder().controlplanes(2).workers(0).create();
+    let mut cluster = Cluster::builder().controlplanes(2).workers(1).create();
     let info = cluster.show();
     let cp = &info.nodes[0];
     let cp2 = &info.nodes[1];
+    let w = &info.nodes[2];
+    assert_eq!(w.role, "worker");
     let api = cp.api.clone().expect("the node's API is published");
     assert!(api.starts_with("127.0.0.1:"), "{api}");
 
@@ -374,23 +376,44 @@ fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client
     ] {
         assert!(printed.contains(want), "{want:?} in:\n{printed}");
     }
-    // Both control planes in one call, the second by name: the endpoint's apid (sandboxed,
-    // landlock allowing TCP connects to 50000 only) forwards to the other over the cluster's
-    // bridge with its impersonator certificate; each reply names its node.
-    let nodes = format!("{},{}", cp.ip, cp2.name);
+    // Three nodes in one call, two by name: the endpoint's apid (sandboxed, landlock allowing
+    // TCP connects to 50000 only) forwards to the others over the cluster's bridge with its
+    // impersonator certificate; each reply names its node. The worker's apid serves with the
+    // certificate the first control plane's trustd signed for the CSR of its secretsd.
+    let nodes = format!("{},{},{}", cp.ip, cp2.name, w.name);
     let out = cluster.talosctl(&["version", "--short", "-n", &nodes]);
     assert!(out.status.success(), "{}", text(&out));
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
-    let first = printed.find(&format!("NODE:        {}", cp.ip));
-    let second = printed.find(&format!("NODE:        {}", cp2.ip));
+    let at = |ip: &str| printed.find(&format!("NODE:        {ip}"));
+    let (first, second, third) = (at(&cp.ip), at(&cp2.ip), at(&w.ip));
     assert!(
-        first.is_some() && second.is_some() && first < second,
-        "both nodes, in order:\n{printed}"
+        first.is_some() && second.is_some() && third.is_some() && first < second && second < third,
+        "the three nodes, in order:\n{printed}"
     );
     assert_eq!(
         printed.matches("Tag:         v0.1.0").count(),
-        2,
+        3,
         "{printed}"
+    );
+    // The worker's configuration has no CA key, its certificate chains to the OS CA anyway,
+    // and trustd says which control plane signed it.
+    let out = cluster.talosctl(&["-n", &w.name, "get", "signedcertificates", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let signed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(signed["spec"]["endpoint"], cp.ip.as_str(), "{signed}");
+    assert_eq!(signed["spec"]["error"], "", "{signed}");
+    let out = cluster.talosctl(&["-n", &w.name, "get", "mc", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mc: serde_json::Value = match mc["spec"].as_str() {
+        Some(yaml) => serde_yaml_ng::from_str(yaml).unwrap(),
+        None => mc["spec"].clone(),
+    };
+    let ca = &mc["machine"]["ca"];
+    assert!(ca["crt"].as_str().is_some_and(|c| !c.is_empty()), "{mc}");
+    assert!(
+        ca["key"].as_str().unwrap_or("").is_empty(),
+        "a worker holds no CA key: {ca}"
     );
     let out = cluster.talosctl(&["version", "-n", "nowhere"]);
     assert!(!out.status.success());

@@ -44,9 +44,20 @@ fn split(endpoint: &str) -> (String, u16) {
     }
 }
 
+/// What a trustd answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signed {
+    /// The endpoint that signed.
+    pub endpoint: String,
+    /// The accepted CAs it returned, PEM.
+    pub ca: String,
+    /// The signed certificate, PEM.
+    pub crt: String,
+}
+
 /// Asks each endpoint in turn (each within `timeout`) to sign `csr_pem` with `token`, trusting
-/// only `accepted` CAs for trustd's own certificate. Returns the accepted CAs' PEM and the
-/// signed certificate's PEM from the first that answers.
+/// only `accepted` CAs for trustd's own certificate. Returns what the first that answers
+/// signed.
 ///
 /// # Errors
 ///
@@ -57,7 +68,7 @@ pub async fn request_certificate(
     accepted: &[Certificate],
     csr_pem: &str,
     timeout: Duration,
-) -> Result<(String, String), ClientError> {
+) -> Result<Signed, ClientError> {
     if endpoints.is_empty() {
         return Err(ClientError::NoEndpoint);
     }
@@ -93,16 +104,20 @@ pub async fn request_certificate(
             Ok(v) => {
                 request.metadata_mut().insert("token", v);
             }
-            Err(_) => failures.push(format!("{endpoint}: the token is not valid metadata")),
+            Err(_) => {
+                failures.push(format!("{endpoint}: the token is not valid metadata"));
+                continue;
+            }
         }
         let mut client = SecurityServiceClient::new(channel);
         match tokio::time::timeout(timeout, client.certificate(request)).await {
             Ok(Ok(r)) => {
                 let r = r.into_inner();
-                return Ok((
-                    String::from_utf8_lossy(&r.ca).into_owned(),
-                    String::from_utf8_lossy(&r.crt).into_owned(),
-                ));
+                return Ok(Signed {
+                    endpoint: endpoint.clone(),
+                    ca: String::from_utf8_lossy(&r.ca).into_owned(),
+                    crt: String::from_utf8_lossy(&r.crt).into_owned(),
+                });
             }
             Ok(Err(status)) => failures.push(format!("{endpoint}: {}", describe(&status))),
             Err(_) => failures.push(format!("{endpoint}: timed out")),

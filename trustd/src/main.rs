@@ -9,7 +9,8 @@ use clap::Parser;
 use sandbox::daemon::{shutdown_signal, Daemon};
 
 /// trustd: signs joining nodes' apid certificates with the OS CA (securityapi Certificate on
-/// TCP 50001, TLS 1.3, the trustd token). Listens only on a control plane.
+/// TCP 50001, TLS 1.3, the trustd token); listens only on a control plane. On a worker it
+/// asks a control plane's trustd to sign apid's CSR.
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
 struct Args {
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
             max_connections: args.max_connections,
             ..machinery::tls::Limits::default()
         },
+        join_timeout: trustd::join::ATTEMPT_TIMEOUT,
     };
     d.run(
         Some(2),

@@ -15,10 +15,12 @@ use proto::securityapi::security_service_server::SecurityServiceServer;
 use tokio::sync::watch;
 
 use crate::controller::CertificateController;
+use crate::join::JoinController;
 use crate::service::{Service, SignerSlot};
 
-/// The namespace trustd writes: its dependency graph.
-pub const NAMESPACE: &str = "trustd";
+/// The namespace trustd writes: its dependency graph and, on a worker, the answer to apid's
+/// CSR.
+pub const NAMESPACE: &str = machinery::resources::trustd::NAMESPACE;
 /// trustd's port.
 pub const PORT: u16 = 50001;
 /// Largest request trustd decodes: a CSR ([`machinery::secrets::x509::MAX_CSR`]) and framing.
@@ -33,6 +35,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Connection bounds.
     pub limits: tls::Limits,
+    /// How long a control plane's trustd may take to answer a worker's CSR.
+    pub join_timeout: Duration,
 }
 
 /// Why trustd stopped.
@@ -73,6 +77,9 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
             serving_tx,
         ))
         .map_err(DaemonError::Register)?;
+    registry
+        .register(JoinController::new(config.join_timeout))
+        .map_err(DaemonError::Register)?;
     let (stop_tx, stop) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -82,6 +89,10 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
     tokio::select! {
         () = first_answer(&client) => {}
         _ = &mut shutdown => return Ok(()),
+    }
+    let definitions = machinery::resources::trustd::definitions();
+    if let Err(e) = client.define_types_retrying(&definitions, "trustd").await {
+        tracing::warn!(error = %e, "cannot define trustd's resource types");
     }
     ready();
     tracing::info!("stated answered: trustd is ready");

@@ -45,6 +45,7 @@ async fn control_plane() -> Cp {
         socket: harness.socket.clone(),
         listen: addr,
         limits: tls::Limits::default(),
+        join_timeout: Duration::from_secs(5),
     };
     tokio::spawn(async move { trustd::run::run(config, || {}, rx).await.unwrap() });
     // Serving once secretsd minted trustd's certificate.
@@ -104,7 +105,7 @@ async fn a_worker_gets_a_server_certificate_of_the_os_ca_without_the_role_it_ask
     let cp = control_plane().await;
     let endpoints = vec!["127.0.0.1:1".to_string(), cp.addr.to_string()];
     // The first endpoint is closed: the next one answers.
-    let (ca, crt) = request_certificate(
+    let trustd::client::Signed { ca, crt, .. } = request_certificate(
         &endpoints,
         &token(&cp.bundle),
         &[os_ca(&cp.bundle)],
@@ -291,4 +292,199 @@ async fn a_reissued_certificate_is_served_from_the_next_handshake() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A worker node: its own stated, secretsd's controllers on a worker configuration (no CA
+/// key) whose control plane endpoint is `cp`, and its trustd (the joining side).
+struct Worker {
+    harness: Harness,
+    secretsd: Option<oneshot::Sender<()>>,
+    _trustd: oneshot::Sender<()>,
+}
+
+async fn worker(bundle: &Bundle, cp: &str, hostname: &str, address: &str, sans: &[&str]) -> Worker {
+    let harness = Harness::start().await;
+    let secretsd =
+        start_worker_secretsd(&harness.client, bundle, cp, hostname, address, sans).await;
+    let (stop, rx) = oneshot::channel::<()>();
+    let config = trustd::run::Config {
+        socket: harness.socket.clone(),
+        // Not served: a worker's trustd has no certificate (its OS root has no key).
+        listen: "127.0.0.1:0".parse().unwrap(),
+        limits: tls::Limits::default(),
+        join_timeout: Duration::from_secs(5),
+    };
+    tokio::spawn(async move { trustd::run::run(config, || {}, rx).await.unwrap() });
+    Worker {
+        harness,
+        secretsd: Some(secretsd),
+        _trustd: stop,
+    }
+}
+
+async fn start_worker_secretsd(
+    client: &cosi::Client,
+    bundle: &Bundle,
+    cp: &str,
+    hostname: &str,
+    address: &str,
+    sans: &[&str],
+) -> oneshot::Sender<()> {
+    let endpoint = format!("https://{cp}:6443");
+    secretsd::testing::node(
+        client,
+        bundle,
+        &secretsd::testing::Node {
+            machine_type: machinery::config::MachineType::Worker,
+            endpoint: &endpoint,
+            hostname,
+            address,
+            cert_sans: sans,
+        },
+    )
+    .await
+}
+
+/// Waits until `f` gives something from the resource `id` of `S` in `ns`.
+async fn until<S: cosi::ResourceSpec, T>(
+    c: &cosi::Client,
+    ns: &str,
+    id: &str,
+    what: &str,
+    f: impl Fn(&S) -> Option<T>,
+) -> T {
+    let end = Instant::now() + T;
+    loop {
+        if let Ok(r) = c.get_typed::<S>(ns, id).await {
+            if let Some(t) = f(&r.spec) {
+                return t;
+            }
+        }
+        assert!(Instant::now() < end, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_gets_apids_certificate_through_trustd_with_its_key_kept_in_secretsd() {
+    use machinery::resources::secrets::{ApiCertsSpec, ApiCsrSpec, API_ID, NAMESPACE};
+    use machinery::resources::trustd::SignedCertificateSpec;
+    // A control plane whose trustd listens where the worker's config points: 127.0.77.1:50001.
+    let harness = Harness::start().await;
+    let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
+    let _cp_secretsd =
+        secretsd::testing::control_plane_named(&harness.client, &bundle, "cp-1", &["127.0.77.1"])
+            .await;
+    let (_cp_trustd, rx) = oneshot::channel::<()>();
+    let config = trustd::run::Config {
+        socket: harness.socket.clone(),
+        listen: "127.0.77.1:50001".parse().unwrap(),
+        limits: tls::Limits::default(),
+        join_timeout: Duration::from_secs(5),
+    };
+    tokio::spawn(async move { trustd::run::run(config, || {}, rx).await.unwrap() });
+
+    let mut w = worker(&bundle, "127.0.77.1", "w-1", "10.5.0.3/24", &["127.0.77.2"]).await;
+    let c = w.harness.client.clone();
+    let server = until::<ApiCertsSpec, _>(&c, NAMESPACE, API_ID, "apid's certificate", |s| {
+        s.server.clone()
+    })
+    .await;
+    let os = os_ca(&bundle);
+    let crt = Certificate::from_pem(server.crt.as_bytes()).unwrap();
+    assert!(crt.is_signed_by(&os), "chains to the OS CA");
+    let key = x509::PrivateKey::from_pem(server.key.as_bytes()).unwrap();
+    assert!(crt.matches_key(&key));
+    let info = crt.info().unwrap();
+    assert_eq!(info.common_name.as_deref(), Some("w-1"));
+    assert!(
+        info.server_auth && !info.client_auth && !info.is_ca,
+        "{info:?}"
+    );
+    let mut ips = info.ips.clone();
+    ips.sort();
+    let want: Vec<std::net::IpAddr> =
+        vec!["10.5.0.3".parse().unwrap(), "127.0.77.2".parse().unwrap()];
+    assert_eq!(ips, want);
+    let certs = c
+        .get_typed::<ApiCertsSpec>(NAMESPACE, API_ID)
+        .await
+        .unwrap()
+        .spec;
+    assert!(
+        certs.client.is_none(),
+        "a worker's apid gets no client certificate"
+    );
+    assert!(certs
+        .accepted_cas
+        .iter()
+        .any(|a| a.crt.trim() == os.to_pem().trim()));
+    // The worker's configuration holds no CA key, and what trustd wrote holds no key at all.
+    let mc = c
+        .get_typed::<machinery::resources::config::MachineConfigSpec>("config", "v1alpha1")
+        .await
+        .unwrap()
+        .spec
+        .0;
+    let config = machinery::config::Config::from_yaml(&mc).unwrap();
+    let ca = config.machine().unwrap().ca.clone().unwrap();
+    assert!(
+        ca.has_crt() && ca.key.as_deref().unwrap_or("").is_empty(),
+        "{ca:?}"
+    );
+    let signed = c
+        .get_typed::<SignedCertificateSpec>("trustd", "api")
+        .await
+        .unwrap();
+    assert_eq!(signed.spec.endpoint, "127.0.77.1");
+    assert!(signed.spec.error.is_empty(), "{:?}", signed.spec.error);
+    assert!(!format!("{:?}", signed.spec).contains("PRIVATE KEY"));
+    // Once the certificate is there, the request is withdrawn.
+    let end = Instant::now() + T;
+    while c.get_typed::<ApiCsrSpec>(NAMESPACE, "api").await.is_ok() {
+        assert!(Instant::now() < end, "the CSR stays");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A restart of secretsd re-adopts the certificate: nothing is asked or issued again.
+    let before = c
+        .get_typed::<ApiCertsSpec>(NAMESPACE, API_ID)
+        .await
+        .unwrap();
+    drop(w.secretsd.take());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    w.secretsd = Some(
+        start_worker_secretsd(
+            &c,
+            &bundle,
+            "127.0.77.1",
+            "w-1",
+            "10.5.0.3/24",
+            &["127.0.77.2"],
+        )
+        .await,
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = c
+        .get_typed::<ApiCertsSpec>(NAMESPACE, API_ID)
+        .await
+        .unwrap();
+    assert_eq!(after.spec, before.spec, "reissued after a restart");
+    assert!(c.get_typed::<ApiCsrSpec>(NAMESPACE, "api").await.is_err());
+
+    // A worker with a wrong trustd token gets nothing, and says why.
+    let mut wrong = Bundle::from_yaml(UPSTREAM).unwrap();
+    wrong.trustdinfo.as_mut().unwrap().token = "abcdef.0123456789abcdef".into();
+    let w2 = worker(&wrong, "127.0.77.1", "w-2", "10.5.0.4/24", &[]).await;
+    let c2 = w2.harness.client.clone();
+    let error = until::<SignedCertificateSpec, _>(&c2, "trustd", "api", "trustd's refusal", |s| {
+        (!s.error.is_empty()).then(|| s.error.clone())
+    })
+    .await;
+    assert!(error.contains("invalid token"), "{error}");
+    let certs = c2.get_typed::<ApiCertsSpec>(NAMESPACE, API_ID).await;
+    assert!(
+        certs.map(|c| c.spec.server.is_none()).unwrap_or(true),
+        "a refused worker has no certificate"
+    );
 }

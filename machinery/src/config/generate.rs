@@ -80,7 +80,7 @@ pub enum GenerateError {
 }
 
 /// The host of an endpoint URL (`https://[::1]:6443` → `::1`), if it is one.
-fn endpoint_host(endpoint: &str) -> Result<String, GenerateError> {
+pub fn endpoint_host(endpoint: &str) -> Result<String, GenerateError> {
     let bad = |why: &str| {
         GenerateError::Input(format!(
             "invalid control plane endpoint {endpoint:?}: {why}"

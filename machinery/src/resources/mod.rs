@@ -5,6 +5,7 @@ pub mod config;
 pub mod network;
 pub mod runtime;
 pub mod secrets;
+pub mod trustd;
 
 use cosi::ResourceDefinition;
 
@@ -15,5 +16,6 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     defs.extend(runtime::definitions());
     defs.extend(network::definitions());
     defs.extend(secrets::definitions());
+    defs.extend(trustd::definitions());
     defs
 }

@@ -28,6 +28,8 @@ pub const API_ID: &str = "api";
 pub const TRUSTD_ID: &str = "trustd";
 /// ID of [`EtcdCertsSpec`].
 pub const ETCD_ID: &str = "etcd";
+/// ID of [`ApiCsrSpec`].
+pub const API_CSR_ID: &str = "api";
 
 /// PEM text as base64 in YAML (Go's `[]byte`).
 mod pem_b64 {
@@ -301,6 +303,30 @@ impl ResourceSpec for ApiCertsSpec {
     }
 }
 
+/// A worker's request for its apid serving certificate (`ApiCertificateRequests`, ID `api`;
+/// ours, upstream does this inside one controller): the CSR secretsd made for a key only it
+/// holds, and the control planes' trustd to send it to. trustd reads it (and nothing else of
+/// apid's), sends it, and answers in `SignedCertificates` of its own namespace; the key never
+/// leaves secretsd.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiCsrSpec {
+    /// The CSR, PEM.
+    pub csr: String,
+    /// trustd endpoints (`host` or `host:port`), tried in order.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+}
+
+impl ResourceSpec for ApiCsrSpec {
+    const TYPE: &'static str = "ApiCertificateRequests.secrets.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        definition(Self::TYPE)
+    }
+}
+
 /// trustd's serving certificate (`TrustdCertificates`, ID `trustd`), on control planes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -356,6 +382,7 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         KubeletSpec::definition(),
         CertSanSpec::definition(),
         ApiCertsSpec::definition(),
+        ApiCsrSpec::definition(),
         TrustdCertsSpec::definition(),
         EtcdCertsSpec::definition(),
     ]

@@ -71,12 +71,21 @@ impl KeyAlgorithm {
     }
 }
 
-/// A private key read from, or written as, upstream's PEM.
-#[derive(Clone, Debug)]
+/// A private key read from, or written as, upstream's PEM. Its `Debug` shows the algorithm
+/// only: a key never reaches a log.
+#[derive(Clone)]
 pub struct PrivateKey {
     algorithm: KeyAlgorithm,
     /// The key as PKCS#8 DER (what ring signs with).
     pkcs8: Vec<u8>,
+}
+
+impl std::fmt::Debug for PrivateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrivateKey")
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A PKCS#8 key without its optional public key (v1, RFC 5208), as upstream (Go's
@@ -302,6 +311,24 @@ impl Certificate {
         let (_, cert) = x509_parser::parse_x509_certificate(&self.der)
             .map_err(|e| SecretsError::Certificate(e.to_string()))?;
         Ok(cert.public_key().raw.to_vec())
+    }
+
+    /// The algorithm of its public key (what a key made to be signed by it should use, as
+    /// upstream's worker picks its apid key after the last accepted CA); `None` for another.
+    pub fn key_algorithm(&self) -> Option<KeyAlgorithm> {
+        let (_, cert) = x509_parser::parse_x509_certificate(&self.der).ok()?;
+        match cert
+            .public_key()
+            .algorithm
+            .algorithm
+            .to_id_string()
+            .as_str()
+        {
+            "1.3.101.112" => Some(KeyAlgorithm::Ed25519),
+            "1.2.840.10045.2.1" => Some(KeyAlgorithm::EcdsaP256),
+            "1.2.840.113549.1.1.1" => Some(KeyAlgorithm::Rsa),
+            _ => None,
+        }
     }
 }
 

@@ -132,7 +132,7 @@ impl<P: LeafPart> LeafController<P> {
         }
     }
 
-    async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+    pub(crate) async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
         let (plan, extra) = match P::plan(ctx, &self.options).await? {
             Planned::None => return Ok(Action::AwaitChange),
             Planned::Wait => {
@@ -252,7 +252,7 @@ impl<P: LeafPart> Controller for LeafController<P> {
 
 /// Whether the network says its addresses and hostname are ready (upstream waits for both
 /// before it mints anything with the node's names).
-async fn network_ready(ctx: &Context) -> Result<bool, ReconcileError> {
+pub(crate) async fn network_ready(ctx: &Context) -> Result<bool, ReconcileError> {
     Ok(ctx
         .get::<StatusSpec>(NETWORK_NS, STATUS_ID)
         .await?
@@ -300,7 +300,7 @@ fn os_inputs() -> Vec<Input> {
     inputs
 }
 
-fn server_request(sans: &CertSanSpec, key_usages: Vec<Usage>) -> LeafRequest {
+pub(crate) fn server_request(sans: &CertSanSpec, key_usages: Vec<Usage>) -> LeafRequest {
     LeafRequest {
         subject: Subject {
             organizations: Vec::new(),
@@ -318,8 +318,8 @@ fn server_request(sans: &CertSanSpec, key_usages: Vec<Usage>) -> LeafRequest {
 #[derive(Debug)]
 pub struct Api;
 
-/// `secrets.APIController`.
-pub type ApiController = LeafController<Api>;
+/// The control plane's half of `secrets.APIController` ([`super::api`]).
+pub type ApiLeafController = LeafController<Api>;
 
 impl LeafPart for Api {
     type Spec = ApiCertsSpec;

@@ -1,6 +1,8 @@
 //! secretsd's controllers: root secrets from the machine configuration ([`root`]), the API
-//! certificate's SANs ([`cert_sans`]) and the leaf certificates ([`leaf`]).
+//! certificate's SANs ([`cert_sans`]), the leaf certificates ([`leaf`]) and apid's, which a
+//! worker gets through trustd ([`api`]).
 
+pub mod api;
 pub mod cert_sans;
 pub mod leaf;
 pub mod root;
@@ -39,7 +41,7 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
     r.register(root::RootKubernetesController::default())?;
     r.register(root::KubeletController::default())?;
     r.register(cert_sans::ApiCertSansController)?;
-    r.register(leaf::ApiController::new(options))?;
+    r.register(api::ApiController::new(options))?;
     r.register(leaf::TrustdController::new(options))?;
     r.register(leaf::EtcdController::new(options))?;
     Ok(r)

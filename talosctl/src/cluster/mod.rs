@@ -931,9 +931,9 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Waits until every control plane's apid answers Version through its published port with the
-/// talosconfig's credentials (`client`): what `talosctl version` will do. Workers are not
-/// waited for: their certificate would come from trustd, which no worker asks yet.
+/// Waits until every node's apid answers Version through its published port with the
+/// talosconfig's credentials (`client`): what `talosctl version` will do. A worker's apid
+/// answers once the first control plane's trustd signed its certificate.
 fn wait_api(
     cluster: &Cluster,
     ca: &str,
@@ -949,11 +949,7 @@ fn wait_api(
     )?);
     let rt = runtime()?;
     let deadline = Instant::now() + timeout;
-    for n in cluster
-        .nodes
-        .iter()
-        .filter(|n| n.role == Role::Controlplane)
-    {
+    for n in &cluster.nodes {
         let Some(port) = n.api_port else { continue };
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let last = loop {
