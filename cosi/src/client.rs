@@ -3,7 +3,8 @@
 //! synthesize the missed events when the bookmark is gone, so a consumer never sees the gap.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -11,6 +12,7 @@ use hyper_util::rt::TokioIo;
 use proto::state_client::StateClient;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
+use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{ErrorKind, Op, StateError};
@@ -23,7 +25,8 @@ pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: StateClient<Channel>,
-    path: PathBuf,
+    peer: Arc<str>,
+    metadata: Arc<[(MetadataKey<Ascii>, MetadataValue<Ascii>)]>,
     read_retry: Duration,
     request_timeout: Duration,
 }
@@ -159,17 +162,42 @@ pub fn unix_channel(path: &Path) -> Channel {
 impl Client {
     /// A client of the stated listening at `path`. Connects lazily: this fails only on a bad path.
     pub fn new(path: impl AsRef<Path>) -> Result<Self, StateError> {
-        let path = path.as_ref().to_path_buf();
-        let channel = unix_channel(&path);
+        let path = path.as_ref();
+        Ok(Self::over(
+            unix_channel(path),
+            format!("stated at {}", path.display()),
+        ))
+    }
+
+    /// A client of the State API at the other end of `channel` (apid's, over TLS), named
+    /// `peer` in errors ("apid at 127.0.0.1:50000").
+    pub fn over(channel: Channel, peer: impl Into<String>) -> Self {
         let inner = StateClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
-        Ok(Self {
+        Self {
             inner,
-            path,
+            peer: Arc::from(peer.into()),
+            metadata: Arc::from(Vec::new()),
             read_retry: Duration::from_secs(2),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
-        })
+        }
+    }
+
+    /// Sends `key: value` with every call and watch (apid's `node`, naming the node that
+    /// answers).
+    #[must_use]
+    pub fn with_metadata(mut self, key: MetadataKey<Ascii>, value: MetadataValue<Ascii>) -> Self {
+        let mut all = self.metadata.to_vec();
+        all.push((key, value));
+        self.metadata = Arc::from(all);
+        self
+    }
+
+    fn decorate<T>(&self, req: &mut tonic::Request<T>) {
+        for (k, v) in self.metadata.iter() {
+            req.metadata_mut().append(k.clone(), v.clone());
+        }
     }
 
     /// How long reads (Get, List) retry while stated is unavailable, e.g. restarting
@@ -194,6 +222,7 @@ impl Client {
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         r.set_timeout(self.request_timeout);
+        self.decorate(&mut r);
         r
     }
 
@@ -257,9 +286,9 @@ impl Client {
         StateError::new(
             ErrorKind::Unavailable,
             format!(
-                "stated at {} did not answer within {} ms: it is down or restarting \
+                "{} did not answer within {} ms: it is down or restarting \
                  (`talosctl services` shows it)",
-                self.path.display(),
+                self.peer,
                 self.request_timeout.as_millis()
             ),
         )
@@ -285,9 +314,9 @@ impl Client {
         }
     }
 
-    /// The socket path.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// What the client talks to, for messages ("stated at /run/stated/state.sock").
+    pub fn peer(&self) -> &str {
+        &self.peer
     }
 
     /// Gets one resource.
@@ -661,6 +690,8 @@ impl Client {
                 bootstrap_bookmark: spec.bootstrap_bookmark,
             }),
         };
+        let mut req = tonic::Request::new(req);
+        self.decorate(&mut req);
         let mut inner = self.inner.clone();
         let setup = async move {
             let mut stream = inner.watch(req).await?.into_inner();

@@ -99,6 +99,55 @@ impl Api {
         Ok(req)
     }
 
+    /// The nodes a per-node command calls, each as (its label, the `node` metadata to send):
+    /// every node, or the endpoint itself (no metadata) when there are none.
+    pub fn targets(&self) -> Vec<(String, Option<String>)> {
+        if self.nodes.is_empty() {
+            return vec![(self.endpoint.label.clone(), None)];
+        }
+        self.nodes
+            .iter()
+            .map(|n| (n.clone(), Some(n.clone())))
+            .collect()
+    }
+
+    /// `msg` as a request for `node` only (`node` metadata: apid passes it through to that
+    /// node's apid), or for the endpoint itself.
+    pub fn for_node<T>(&self, msg: T, node: Option<&str>) -> anyhow::Result<tonic::Request<T>> {
+        let mut req = tonic::Request::new(msg);
+        if let Some(n) = node {
+            let v = n
+                .parse()
+                .with_context(|| format!("node {n:?} cannot be sent as gRPC metadata"))?;
+            req.metadata_mut().insert("node", v);
+        }
+        Ok(req)
+    }
+
+    /// A State API client of every target ([`Api::targets`]), over one connection.
+    pub fn state_sources(&self) -> anyhow::Result<Vec<crate::get::Source>> {
+        let channel = self.channel()?;
+        let peer = format!("the Talos API at {}", self.endpoint.label);
+        self.targets()
+            .into_iter()
+            .map(|(label, node)| {
+                let mut client = cosi::Client::over(channel.clone(), peer.clone());
+                if let Some(n) = node {
+                    let v = n
+                        .parse()
+                        .with_context(|| format!("node {n:?} cannot be sent as gRPC metadata"))?;
+                    client =
+                        client.with_metadata(tonic::metadata::MetadataKey::from_static("node"), v);
+                }
+                Ok(crate::get::Source {
+                    node: Some(label),
+                    client,
+                    remote: true,
+                })
+            })
+            .collect()
+    }
+
     /// What names the answering node when its reply does not: the one node asked for, else
     /// the endpoint.
     pub fn default_label(&self) -> &str {

@@ -1,10 +1,11 @@
-//! `talosctl get`: read one resource or list a kind, or watch them, from the local stated.
+//! `talosctl get`: read one resource or list a kind, or watch them: through apid from each
+//! node (`node` metadata, a NODE column), or from a stated socket (`--socket`).
 
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context as _;
-use cosi::{Client, EventKind, Query, RawResource, WatchSpec};
+use cosi::{Client, EventKind, Query, RawResource, ResourceSpec as _, WatchSpec};
 use serde_json::Value;
 
 use crate::output::{printer, Format, Item, Printer};
@@ -64,6 +65,16 @@ Examples:
   # follow changes of a type in a given namespace
   talosctl get addresses --namespace network --watch";
 
+/// One node `get` reads from: its State API, and what names it in the output.
+pub struct Source {
+    /// The NODE column's value; `None`: the local node, no NODE column.
+    pub node: Option<String>,
+    /// Its State API (stated's socket, or apid with the `node` metadata).
+    pub client: Client,
+    /// Through apid: the full machine configuration is not served there, its redacted copy is.
+    pub remote: bool,
+}
+
 /// Runs `get` against the stated at `socket`, printing to `out`.
 pub async fn run(socket: &Path, args: &GetArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if !socket.exists() {
@@ -74,30 +85,82 @@ pub async fn run(socket: &Path, args: &GetArgs, out: &mut dyn Write) -> anyhow::
     }
     let client = Client::new(socket)
         .with_context(|| format!("cannot use stated socket {}", socket.display()))?;
-    let kind = resolve(&client, &args.r#type, args.namespace.as_deref()).await?;
+    let source = Source {
+        node: None,
+        client,
+        remote: false,
+    };
+    run_on(&[source], args, out).await
+}
+
+/// Runs `get` on every source: one table (or stream of documents) with a NODE column when
+/// the sources are named. A node that fails does not hide the others: the error names it.
+pub async fn run_on(sources: &[Source], args: &GetArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let Some(first) = sources.first() else {
+        anyhow::bail!("no node to read from");
+    };
+    let mut kind = resolve(&first.client, &args.r#type, args.namespace.as_deref())
+        .await
+        .map_err(|e| match &first.node {
+            Some(n) => e.context(format!("node {n}")),
+            None => e,
+        })?;
+    // apid serves no key material: the machine configuration comes from its redacted copy.
+    if first.remote
+        && args.namespace.is_none()
+        && kind.r#type == machinery::resources::config::MachineConfigSpec::TYPE
+        && kind.namespace == machinery::resources::config::NAMESPACE
+    {
+        kind.namespace = machinery::resources::config::REDACTED_NAMESPACE.to_string();
+        eprintln!(
+            "note: through the Talos API the machine configuration is read from namespace {:?}, \
+             its copy without secrets (talos-rs keeps keys out of apid)",
+            kind.namespace
+        );
+    }
+    let named = first.node.is_some();
     let mut printer = printer(
         args.output,
         &kind.display_type,
         kind.columns.clone(),
         args.watch,
+        named,
     );
     printer.begin(out)?;
     if args.watch {
-        return watch(&client, &kind, args.id.as_deref(), printer.as_mut(), out).await;
+        return watch(sources, &kind, args.id.as_deref(), printer.as_mut(), out).await;
     }
-    let resources = match &args.id {
-        Some(id) => vec![get_one(&client, &kind, id).await?],
-        None => client
-            .list(&kind.namespace, &kind.r#type, &Query::default())
-            .await
-            .with_context(|| format!("cannot list {}", describe(&kind)))?,
-    };
-    for r in &resources {
-        print(printer.as_mut(), out, r, None)?;
+    let mut errors = Vec::new();
+    for source in sources {
+        let resources = match &args.id {
+            Some(id) => get_one(&source.client, &kind, id).await.map(|r| vec![r]),
+            None => source
+                .client
+                .list(&kind.namespace, &kind.r#type, &Query::default())
+                .await
+                .with_context(|| format!("cannot list {}", describe(&kind))),
+        };
+        match resources {
+            Ok(resources) => {
+                for r in &resources {
+                    print(printer.as_mut(), out, r, None, source.node.as_deref())?;
+                }
+            }
+            Err(e) if sources.len() == 1 && source.node.is_none() => return Err(e),
+            Err(e) => errors.push(format!(
+                "{}: {}",
+                source.node.as_deref().unwrap_or("local"),
+                cosi::error::Chain(e.as_ref())
+            )),
+        }
     }
     printer.flush(out)?;
     out.flush()?;
-    Ok(())
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", errors.join("\n"))
+    }
 }
 
 async fn get_one(client: &Client, kind: &Kind, id: &str) -> anyhow::Result<RawResource> {
@@ -112,25 +175,45 @@ async fn get_one(client: &Client, kind: &Kind, id: &str) -> anyhow::Result<RawRe
     }
 }
 
+/// Watches every source at once; events are printed as they come, each with its node.
 async fn watch(
-    client: &Client,
+    sources: &[Source],
     kind: &Kind,
     id: Option<&str>,
     printer: &mut dyn Printer,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let mut watch = client.watch(WatchSpec {
-        namespace: kind.namespace.clone(),
-        r#type: kind.r#type.clone(),
-        id: id.map(str::to_string),
-        bootstrap: id.is_none(),
-        ..WatchSpec::default()
-    });
-    // A kind watch prints its initial contents in one go once they are all there; a single
-    // resource watch has no bootstrap phase.
-    let mut bootstrapped = id.is_some();
-    while let Some(batch) = watch.next_batch().await {
-        let batch = batch.with_context(|| format!("watch of {} failed", describe(kind)))?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    for source in sources {
+        let mut watch = source.client.watch(WatchSpec {
+            namespace: kind.namespace.clone(),
+            r#type: kind.r#type.clone(),
+            id: id.map(str::to_string),
+            bootstrap: id.is_none(),
+            ..WatchSpec::default()
+        });
+        let (tx, node) = (tx.clone(), source.node.clone());
+        tokio::spawn(async move {
+            while let Some(batch) = watch.next_batch().await {
+                let end = batch.is_err();
+                if tx.send((node.clone(), batch)).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+    }
+    drop(tx);
+    // A kind watch prints a node's initial contents in one go once they are all there; a
+    // single resource watch has no bootstrap phase.
+    let mut bootstrapped = std::collections::HashSet::new();
+    while let Some((node, batch)) = rx.recv().await {
+        let batch = batch.with_context(|| {
+            let of = node
+                .as_deref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default();
+            format!("watch of {}{of} failed", describe(kind))
+        })?;
         for event in batch {
             match event.kind {
                 EventKind::Created | EventKind::Updated | EventKind::Destroyed => {
@@ -139,13 +222,21 @@ async fn watch(
                     if event.kind == EventKind::Destroyed && event.resource.metadata.version == 0 {
                         continue;
                     }
-                    print(printer, out, &event.resource, Some(event.kind))?;
+                    print(
+                        printer,
+                        out,
+                        &event.resource,
+                        Some(event.kind),
+                        node.as_deref(),
+                    )?;
                 }
-                EventKind::Bootstrapped => bootstrapped = true,
+                EventKind::Bootstrapped => {
+                    bootstrapped.insert(node.clone());
+                }
                 EventKind::Noop => {}
             }
         }
-        if bootstrapped {
+        if id.is_some() || bootstrapped.contains(&node) {
             printer.flush(out)?;
             out.flush()?;
         }
@@ -158,11 +249,13 @@ fn print(
     out: &mut dyn Write,
     resource: &RawResource,
     event: Option<EventKind>,
+    node: Option<&str>,
 ) -> std::io::Result<()> {
     let item = Item {
         resource,
         spec: spec_of(resource),
         event,
+        node,
     };
     printer.resource(out, &item)
 }

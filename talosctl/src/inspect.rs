@@ -28,12 +28,21 @@ pub struct DependenciesArgs {
 
 /// Runs an `inspect` command.
 pub async fn run(socket: &Path, cmd: &Command, out: &mut impl Write) -> anyhow::Result<()> {
-    let Command::Dependencies(args) = cmd;
     let client = cosi::Client::new(socket)?;
+    run_on(&client, cmd, out).await
+}
+
+/// Runs an `inspect` command against a State API (stated's socket, or apid's).
+pub async fn run_on(
+    client: &cosi::Client,
+    cmd: &Command,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let Command::Dependencies(args) = cmd;
     let namespaces = client
         .list("meta", NamespaceSpec::TYPE, &cosi::Query::default())
         .await
-        .with_context(|| format!("cannot list namespaces from stated at {}", socket.display()))?;
+        .with_context(|| format!("cannot list namespaces from {}", client.peer()))?;
     let mut graph = DependencyGraph::default();
     let mut daemons = Vec::new();
     for ns in namespaces {

@@ -1,7 +1,10 @@
 //! `talosctl`, the talos-rs command-line client.
 //!
-//! `version` goes through apid ([`api`]); the other commands still reach nodes through their Unix sockets: the local node's (`--socket`,
-//! `--init-socket`), or, with `-n`, the nodes of a local cluster named in the talosconfig
+//! `get`, `inspect`, `services`, `service`, `logs`, `reboot`, `shutdown` and `version` go
+//! through the Talos API ([`api`], [`remote`]): one endpoint, the nodes as metadata. With
+//! `--socket`/`--init-socket` (development) they, and always `apply-config`, `patch` and
+//! `audit` (whose Talos API calls are not there yet), reach nodes through their Unix sockets: the
+//! local node's, or with `-n` the nodes of a local cluster named in the talosconfig
 //! ([`target`]). Commands:
 //! - [`get`]: read, list or watch resources of any type, rendered as a table, YAML or JSON;
 //! - [`validate`]: check a machine configuration file offline;
@@ -9,7 +12,7 @@
 //! - [`apply`]: `apply-config` and `patch machineconfig` on a node (validated, diffed, CAS);
 //! - [`inspect`]: the controller dependency graph of the node;
 //! - [`services`], [`logs`], [`power`]: daemons and services, their output, shutdown and reboot,
-//!   through init's control socket;
+//!   through init's control socket ([`remote`]: the same through apid);
 //! - [`audit`]: the observed sandbox of every daemon and its exposure score;
 //! - [`cluster`]: local clusters of nodes in namespaces (`cluster create|show|destroy`);
 //! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info`);
@@ -39,6 +42,7 @@ pub mod logs;
 pub mod machineconfig;
 pub mod output;
 pub mod power;
+pub mod remote;
 pub mod resolve;
 pub mod services;
 pub mod talosconfig;
@@ -54,30 +58,34 @@ pub const DEFAULT_SOCKET: &str = "/run/stated/state.sock";
 #[command(
     name = "talosctl",
     version,
-    about = "A CLI for talos-rs nodes: read their resources, validate and patch machine configurations.",
-    long_about = "A CLI for talos-rs nodes: read their resources, validate and patch machine configurations.\n\n\
-                  `version` goes through the Talos API (apid, mutual TLS with the talosconfig's\n\
-                  credentials). The other commands still talk to nodes over their Unix sockets: the\n\
-                  local node's (--socket, --init-socket), or with -n the nodes of a local cluster\n\
-                  (talosctl cluster create) found through the talosconfig; they need root (or\n\
-                  another user stated lets read).",
+    about = "A CLI for talos-rs nodes: read their resources, manage their services, validate and patch machine configurations.",
+    long_about = "A CLI for talos-rs nodes: read their resources, manage their services, validate and patch machine configurations.\n\n\
+                  get, inspect, services, service, logs, reboot, shutdown and version go through the\n\
+                  Talos API (apid on TCP 50000, mutual TLS with the talosconfig's ca, crt and key): to\n\
+                  the first endpoint, for each of the nodes (-n, else the context's).\n\n\
+                  For development, --socket / --init-socket talk to Unix sockets instead: the local\n\
+                  node's, or with -n the nodes of a local cluster through /proc (root). apply-config,\n\
+                  patch and audit still take that route (their Talos API calls are not there yet).",
     propagate_version = true
 )]
 pub struct Cli {
-    /// Unix socket of the local stated [default: /run/stated/state.sock]. Given (or
-    /// TALOS_SOCKET set), it wins over the talosconfig's default nodes.
+    /// Development: talk to stated over this Unix socket instead of the Talos API (or, with
+    /// -n, to each local-cluster node's own socket through /proc; root) [default for the
+    /// commands that always do (apply-config, patch): /run/stated/state.sock].
     #[arg(long, global = true, env = "TALOS_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
-    /// Unix socket of the local init's control API, root only [default: /run/init/init.sock].
+    /// Development: talk to init's control socket instead of the Talos API, root only (or,
+    /// with -n, each local-cluster node's own) [default for audit: /run/init/init.sock].
     #[arg(long, global = true, env = "TALOS_INIT_SOCKET", value_name = "PATH")]
     pub init_socket: Option<PathBuf>,
 
-    /// Target nodes (comma-separated) [default: the talosconfig context's nodes]. Commands
-    /// through apid (`version`) send them to the endpoint, whose apid forwards to each node:
-    /// IP addresses, or names of the context's local cluster's nodes. The other commands
-    /// reach nodes of the context's local cluster (names or IPs) from this host, as root
-    /// [their default: the local node].
+    /// Target nodes (comma-separated) [default: the talosconfig context's nodes]: IP
+    /// addresses, or names of the context's local cluster's nodes. Through the Talos API each
+    /// node is called through the endpoint, whose apid forwards the call (`node` metadata;
+    /// `version` sends them all at once as `nodes`). Over sockets (--socket, apply-config,
+    /// patch, audit) they name nodes of the context's local cluster, reached from this host as
+    /// root [default there: the local node].
     #[arg(
         short = 'n',
         long,
@@ -87,9 +95,9 @@ pub struct Cli {
     )]
     pub nodes: Vec<String>,
 
-    /// Talos API endpoints (comma-separated `host[:port]`, port 50000 by default) for the
-    /// commands that go through apid (`version`): calls go to the first [default: the
-    /// talosconfig context's]. With `-e` and no `-n`, the endpoint answers for itself.
+    /// Talos API endpoints (comma-separated `host[:port]`, port 50000 by default): calls go
+    /// to the first [default: the talosconfig context's]. With `-e` and no `-n`, the endpoint
+    /// answers for itself.
     #[arg(
         short = 'e',
         long,
@@ -182,25 +190,64 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match &cli.command {
+        Command::Get(args) if !over_sockets(&cli) => {
+            let api = api(&cli)?;
+            block_on(async { get::run_on(&api.state_sources()?, args, &mut out).await })
+        }
         Command::Get(args) => each_node(&cli, &mut out, |t, out| {
             block_on(get::run(&t.state_socket, args, out))
         }),
+        Command::Inspect(cmd) if !over_sockets(&cli) => {
+            let api = api(&cli)?;
+            let sources = api.state_sources()?;
+            let several = sources.len() > 1;
+            let mut errors = Vec::new();
+            for s in sources {
+                let label = s.node.clone().unwrap_or_default();
+                if several {
+                    writeln!(out, "node: {label}")?;
+                }
+                if let Err(e) = block_on(inspect::run_on(&s.client, cmd, &mut out)) {
+                    errors.push(format!("{label}: {}", cosi::error::Chain(e.as_ref())));
+                }
+            }
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("{}", errors.join("\n")))
+            }
+        }
         Command::Inspect(cmd) => each_node(&cli, &mut out, |t, out| {
             let mut out = out;
             block_on(inspect::run(&t.state_socket, cmd, &mut out))
         }),
+        Command::Services if !over_sockets(&cli) => {
+            block_on(async { remote::services(&api(&cli)?, &mut out).await })
+        }
         Command::Services => each_node(&cli, &mut out, |t, out| {
             block_on(services::list(&t.init_socket, out))
         }),
+        Command::Service(args) if !over_sockets(&cli) => {
+            block_on(async { remote::service(&api(&cli)?, args, &mut out).await })
+        }
         Command::Service(args) => each_node(&cli, &mut out, |t, out| {
             block_on(services::service(&t.init_socket, args, out))
         }),
+        Command::Logs(args) if !over_sockets(&cli) => {
+            block_on(async { remote::logs(&api(&cli)?, args, &mut out).await })
+        }
         Command::Logs(args) => each_node(&cli, &mut out, |t, out| {
             block_on(logs::run(&t.init_socket, args, out))
         }),
         Command::Audit(args) => each_node(&cli, &mut out, |t, out| {
             block_on(audit::run(&t.init_socket, args, out))
         }),
+        Command::Shutdown if !over_sockets(&cli) => {
+            block_on(async { remote::power(&api(&cli)?, false, &mut out).await })
+        }
+        Command::Reboot if !over_sockets(&cli) => {
+            block_on(async { remote::power(&api(&cli)?, true, &mut out).await })
+        }
         Command::Shutdown => each_node(&cli, &mut out, |t, out| {
             block_on(power::run(&t.init_socket, false, out))
         }),
@@ -229,19 +276,39 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             if args.client {
                 Ok(())
             } else {
-                let path = talosconfig::path(cli.talosconfig.as_deref())?;
-                let api = api::resolve(&api::Selection {
-                    endpoints: &cli.endpoints,
-                    nodes: &cli.nodes,
-                    talosconfig: &path,
-                    context: cli.context.as_deref(),
-                })?;
+                let api = api(&cli)?;
                 block_on(version::servers(&api, args, &mut out))
             }
         }
     }?;
     out.flush()?;
     Ok(())
+}
+
+/// Whether the command talks to Unix sockets (`--socket` or `--init-socket` given, or their
+/// environment variables) instead of the Talos API.
+fn over_sockets(cli: &Cli) -> bool {
+    cli.socket.is_some() || cli.init_socket.is_some()
+}
+
+/// The Talos API endpoint and nodes of the command line and the talosconfig.
+fn api(cli: &Cli) -> anyhow::Result<api::Api> {
+    let path = talosconfig::path(cli.talosconfig.as_deref()).context(
+        "the Talos API needs a talosconfig (--talosconfig, $TALOSCONFIG); --socket talks to a \
+         local stated instead",
+    )?;
+    api::resolve(&api::Selection {
+        endpoints: &cli.endpoints,
+        nodes: &cli.nodes,
+        talosconfig: &path,
+        context: cli.context.as_deref(),
+    })
+    .map_err(|e| {
+        e.context(
+            "cannot reach the Talos API (for development, --socket talks to a stated socket \
+             instead)",
+        )
+    })
 }
 
 /// Runs `f` for every target node ([`target::resolve`]); with several, each node's output

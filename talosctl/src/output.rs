@@ -42,6 +42,8 @@ pub struct Item<'a> {
     pub spec: Value,
     /// The watch event, when watching.
     pub event: Option<EventKind>,
+    /// The node it comes from, when the command names nodes (through apid, or `-n`).
+    pub node: Option<&'a str>,
 }
 
 /// A printer of one `get` invocation. Rows may be buffered until [`Printer::flush`].
@@ -54,15 +56,17 @@ pub trait Printer {
     fn flush(&mut self, out: &mut dyn Write) -> io::Result<()>;
 }
 
-/// The printer for `format`. `display_type` fills the table's TYPE column; `watch` adds the event.
+/// The printer for `format`. `display_type` fills the table's TYPE column; `watch` adds the
+/// event; `nodes` a first NODE column (upstream's; YAML and JSON carry `node`).
 pub fn printer(
     format: Format,
     display_type: &str,
     columns: Vec<Column>,
     watch: bool,
+    nodes: bool,
 ) -> Box<dyn Printer> {
     match format {
-        Format::Table => Box::new(Table::new(display_type, columns, watch)),
+        Format::Table => Box::new(Table::new(display_type, columns, watch, nodes)),
         Format::Yaml => Box::new(Yaml { first: true }),
         Format::Json => Box::new(Json),
     }
@@ -74,6 +78,7 @@ pub struct Table {
     display_type: String,
     columns: Vec<Column>,
     watch: bool,
+    nodes: bool,
     widths: Vec<usize>,
     pending: Vec<Vec<String>>,
 }
@@ -81,11 +86,12 @@ pub struct Table {
 const PADDING: usize = 3;
 
 impl Table {
-    fn new(display_type: &str, columns: Vec<Column>, watch: bool) -> Self {
+    fn new(display_type: &str, columns: Vec<Column>, watch: bool, nodes: bool) -> Self {
         Self {
             display_type: display_type.to_string(),
             columns,
             watch,
+            nodes,
             widths: Vec::new(),
             pending: Vec::new(),
         }
@@ -95,6 +101,9 @@ impl Table {
 impl Printer for Table {
     fn begin(&mut self, _out: &mut dyn Write) -> io::Result<()> {
         let mut row: Vec<String> = Vec::new();
+        if self.nodes {
+            row.push("NODE".into());
+        }
         if self.watch {
             row.push("*".into());
         }
@@ -107,6 +116,9 @@ impl Printer for Table {
     fn resource(&mut self, _out: &mut dyn Write, item: &Item<'_>) -> io::Result<()> {
         let md = &item.resource.metadata;
         let mut row = Vec::new();
+        if self.nodes {
+            row.push(item.node.unwrap_or_default().to_string());
+        }
         if self.watch {
             row.push(
                 match item.event {
@@ -204,6 +216,8 @@ impl Printer for Json {
 #[derive(Serialize)]
 struct Document<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     event: Option<&'static str>,
     metadata: MetadataDoc<'a>,
     spec: &'a Value,
@@ -234,6 +248,7 @@ impl<'a> Document<'a> {
     fn of(item: &'a Item<'a>) -> Self {
         let md: &Metadata = &item.resource.metadata;
         Self {
+            node: item.node,
             event: item.event.and_then(event_name),
             metadata: MetadataDoc {
                 namespace: &md.namespace,
@@ -333,7 +348,7 @@ mod tests {
             header: "NAME".into(),
             template: Template::parse("{.name}").ok(),
         }];
-        let mut t = Table::new("Thing", cols, true);
+        let mut t = Table::new("Thing", cols, true, false);
         let mut out = Vec::new();
         t.begin(&mut out).unwrap();
         let a = raw("a-long-id", 1);
@@ -341,6 +356,7 @@ mod tests {
             resource: &a,
             spec: serde_json::json!({"name": "x"}),
             event: Some(EventKind::Created),
+            node: None,
         };
         t.resource(&mut out, &item).unwrap();
         t.flush(&mut out).unwrap();
@@ -349,6 +365,7 @@ mod tests {
             resource: &b,
             spec: serde_json::json!({}),
             event: Some(EventKind::Updated),
+            node: None,
         };
         t.resource(&mut out, &item).unwrap();
         t.flush(&mut out).unwrap();
@@ -370,11 +387,13 @@ mod tests {
             resource: &r,
             spec: serde_json::json!({"x": 1}),
             event: Some(EventKind::Destroyed),
+            node: Some("10.5.0.2"),
         };
         let mut out = Vec::new();
         Json.resource(&mut out, &item).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["event"], "destroyed");
+        assert_eq!(v["node"], "10.5.0.2");
         assert_eq!(v["metadata"]["version"], 3);
         assert_eq!(v["metadata"]["labels"]["k"], "v");
         assert_eq!(v["metadata"]["created"], "1970-01-01T00:00:00Z");

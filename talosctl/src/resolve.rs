@@ -26,12 +26,7 @@ pub async fn resolve(client: &Client, name: &str, namespace: Option<&str>) -> an
     let raws = client
         .list(META_NAMESPACE, ResourceDefinition::TYPE, &Query::default())
         .await
-        .with_context(|| {
-            format!(
-                "cannot list resource definitions from stated at {}",
-                client.path().display()
-            )
-        })?;
+        .with_context(|| format!("cannot list resource definitions from {}", client.peer()))?;
     let definitions: Vec<ResourceDefinition> = raws
         .iter()
         .filter_map(|raw| match raw.decode::<ResourceDefinition>() {

@@ -1,8 +1,10 @@
 //! Which node a command talks to, and through which sockets.
 //!
-//! Until apid exists, talosctl reaches a node through its Unix sockets: the local node's
-//! (`--socket`, `--init-socket`), or those of a node of a local cluster (`talosctl cluster
-//! create`), which the host reaches through init's root: `/proc/<init pid>/root/run/...`.
+//! The development route (`--socket`, `--init-socket`) and the commands with no Talos API call
+//! yet (`apply-config`, `patch`, `audit`) reach a node through its Unix sockets: the local
+//! node's, or those of a node of a local cluster (`talosctl cluster create`), which the host
+//! reaches through init's root: `/proc/<init pid>/root/run/...`. Everything else goes through
+//! apid ([`crate::api`]).
 //!
 //! - `-n/--nodes` names nodes of the talosconfig's context (`--context`, else the current
 //!   one) by name or IP; the context's `localCluster` tells where their cluster is;
@@ -87,16 +89,15 @@ fn cluster_targets(sel: &Selection<'_>, nodes: &[String]) -> anyhow::Result<Vec<
     let (name, ctx) = config.context(sel.context).with_context(|| {
         format!(
             "-n {}: no talosconfig context to find the nodes in ({}): -n names nodes of a \
-             local cluster (talosctl cluster create); remote nodes need apid, which is not \
-             available yet",
+             local cluster (talosctl cluster create) on this route (sockets, as root)",
             nodes.join(","),
             path.display()
         )
     })?;
     let Some(dir) = &ctx.local_cluster else {
         anyhow::bail!(
-            "-n {}: context {name:?} is not a local cluster, and remote nodes need apid, \
-             which is not available yet",
+            "-n {}: context {name:?} is not a local cluster: over sockets (--socket, \
+             apply-config, patch, audit) -n names a local cluster's nodes",
             nodes.join(",")
         );
     };

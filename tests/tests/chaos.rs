@@ -361,10 +361,15 @@ struct ServiceRow {
     line: String,
 }
 
+/// init's control socket in a node (reached through /proc with `-n`).
+const INIT_SOCKET: &str = "/run/init/init.sock";
+
 /// `talosctl -n <node> services`, by service name.
 fn services(cluster: &Cluster, node: &NodeInfo) -> Result<BTreeMap<String, ServiceRow>, String> {
+    // Over init's socket (through /proc), not apid: apid is one of the daemons killed, and
+    // this table has the PID and RESTARTS columns.
     let mut cmd = cluster.command();
-    cmd.args(["-n", &node.name, "services"]);
+    cmd.args(["--init-socket", INIT_SOCKET, "-n", &node.name, "services"]);
     let out =
         run(cmd, CALL_TIMEOUT).map_err(|o| format!("talosctl services hung: {}", text(&o)))?;
     if !out.status.success() {
@@ -869,7 +874,8 @@ fn diagnostics(cluster: &Cluster, node: &NodeInfo) -> String {
     let mut s = String::new();
     let mut call = |args: &[&str]| {
         let mut cmd = cluster.command();
-        cmd.args(["-n", &node.name]).args(args);
+        cmd.args(["--init-socket", INIT_SOCKET, "-n", &node.name])
+            .args(args);
         let out = match run(cmd, CALL_TIMEOUT) {
             Ok(o) => text(&o),
             Err(o) => format!("(hung) {}", text(&o)),

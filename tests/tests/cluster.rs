@@ -16,6 +16,9 @@ use node_tests::{
 /// One cluster at a time: they share two cores with everything else.
 static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// stated's socket in a node (reached through /proc with `-n` when given).
+const SOCKET: &str = "/run/stated/state.sock";
+
 fn lock() -> std::sync::MutexGuard<'static, ()> {
     CLUSTERS.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -145,7 +148,8 @@ fn three_nodes_get_dhcp_addresses_hostnames_daemons_reach_each_other_and_destroy
         let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(status["spec"]["hostname"], node.name.as_str(), "{status}");
 
-        // Its daemons: every daemon of the manifest, running and healthy, as init lists them.
+        // Its daemons: every daemon of the manifest, running and healthy, as init lists them,
+        // through the endpoint's apid and the node's (NODE SERVICE STATE HEALTH LAST EVENT).
         let out = cluster.talosctl(&["-n", &node.name, "services"]);
         assert!(out.status.success(), "{}", text(&out));
         let services = String::from_utf8_lossy(&out.stdout).to_string();
@@ -156,8 +160,9 @@ fn three_nodes_get_dhcp_addresses_hostnames_daemons_reach_each_other_and_destroy
             assert!(
                 services.lines().any(|l| {
                     let f: Vec<&str> = l.split_whitespace().collect();
-                    f.first() == Some(&daemon)
-                        && f.get(2) == Some(&"running")
+                    f.first() == Some(&node.ip.as_str())
+                        && f.get(1) == Some(&daemon)
+                        && f.get(2) == Some(&"Running")
                         && f.get(3) == Some(&"OK")
                 }),
                 "{}: {daemon} is running and healthy:\n{services}",
@@ -192,8 +197,10 @@ fn three_nodes_get_dhcp_addresses_hostnames_daemons_reach_each_other_and_destroy
     // Config changes on a node: validated first, diffed, nothing written on --dry-run or when
     // invalid; otherwise a compare-and-set write of the MachineConfig.
     let w = &nodes[1];
+    // The full configuration, as root through /proc (--socket): apid serves only its copy
+    // without secrets.
     let version = || {
-        let out = cluster.talosctl(&["-n", &w.name, "get", "mc", "-o", "json"]);
+        let out = cluster.talosctl(&["--socket", SOCKET, "-n", &w.name, "get", "mc", "-o", "json"]);
         assert!(out.status.success(), "{}", text(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         v["metadata"]["version"].as_u64().unwrap()
@@ -395,6 +402,59 @@ fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client
         3,
         "{printed}"
     );
+    // Every per-node command goes through the endpoint's apid, one call per node (`node`
+    // metadata), with a NODE column: resources, services, logs.
+    let both = format!("{},{}", cp2.name, w.name);
+    let out = cluster.talosctl(&["-n", &both, "get", "hostnamestatus"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(printed.starts_with("NODE "), "{printed}");
+    for (ip, name) in [(&cp2.ip, &cp2.name), (&w.ip, &w.name)] {
+        assert!(
+            printed
+                .lines()
+                .any(|l| l.starts_with(ip.as_str()) && l.trim_end().ends_with(name.as_str())),
+            "{ip} {name} in:\n{printed}"
+        );
+    }
+    let out = cluster.talosctl(&["-n", &w.name, "services"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        printed.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 4 && f[0] == w.ip && f[1] == "trustd" && f[2] == "Running" && f[3] == "OK"
+        }),
+        "{printed}"
+    );
+    let out = cluster.talosctl(&["-n", &w.name, "logs", "trustd"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("trustd signed apid's CSR"),
+        "the worker's trustd log through apid: {}",
+        text(&out)
+    );
+    let out = cluster.talosctl(&["-n", &w.name, "service", "nosuch"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("no daemon or service \"nosuch\""),
+        "{}",
+        text(&out)
+    );
+    // The machine configuration through apid is its copy without secrets, and says so.
+    let out = cluster.talosctl(&["-n", &w.name, "get", "mc", "-o", "yaml"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("config-redacted"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("node: {}", w.ip)),
+        "{}",
+        text(&out)
+    );
+
     // The worker's configuration has no CA key, its certificate chains to the OS CA anyway,
     // and trustd says which control plane signed it.
     let out = cluster.talosctl(&["-n", &w.name, "get", "signedcertificates", "-o", "json"]);
@@ -402,7 +462,7 @@ fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client
     let signed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(signed["spec"]["endpoint"], cp.ip.as_str(), "{signed}");
     assert_eq!(signed["spec"]["error"], "", "{signed}");
-    let out = cluster.talosctl(&["-n", &w.name, "get", "mc", "-o", "json"]);
+    let out = cluster.talosctl(&["--socket", SOCKET, "-n", &w.name, "get", "mc", "-o", "json"]);
     assert!(out.status.success(), "{}", text(&out));
     let mc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mc: serde_json::Value = match mc["spec"].as_str() {

@@ -382,16 +382,19 @@ mod tests {
                 .to_pem()
         };
         let good = sign(&os, &os_key, &csr);
-        let renew = worker_good_until(&good, &key, std::slice::from_ref(&os), &request, now).expect("good");
+        let renew =
+            worker_good_until(&good, &key, std::slice::from_ref(&os), &request, now).expect("good");
         assert!(renew > now + day / 2 - Duration::from_secs(5));
         // Signed by a CA the configuration does not accept.
         let bad = sign(&rogue, &rogue_key, &csr);
-        let e = worker_good_until(&bad, &key, std::slice::from_ref(&os), &request, now).unwrap_err();
+        let e =
+            worker_good_until(&bad, &key, std::slice::from_ref(&os), &request, now).unwrap_err();
         assert!(e.contains("no accepted OS CA"), "{e}");
         // Another key's CSR.
         let (other_csr, _) = request.csr(KeyAlgorithm::Ed25519).expect("csr");
         let other = sign(&os, &os_key, &other_csr);
-        let e = worker_good_until(&other, &key, std::slice::from_ref(&os), &request, now).unwrap_err();
+        let e =
+            worker_good_until(&other, &key, std::slice::from_ref(&os), &request, now).unwrap_err();
         assert!(e.contains("not for the key"), "{e}");
         // Other names than asked.
         let mut elsewhere = sans.clone();

@@ -1,0 +1,273 @@
+//! `services`, `service`, `logs`, `reboot` and `shutdown` through the Talos API
+//! (`machine.MachineService`): one call per node with the `node` metadata, which the endpoint's
+//! apid passes through to that node's apid (as upstream's talosctl does since 1.14), and a NODE
+//! column or prefix naming where each answer comes from. A node that fails does not hide the
+//! others: the error lists every failed node.
+
+use std::io::Write;
+
+use proto::machine::machine_service_client::MachineServiceClient;
+use proto::machine::{
+    LogsRequest, RebootRequest, ServiceInfo, ServiceRestartRequest, ServiceStartRequest,
+    ServiceStopRequest, ShutdownRequest,
+};
+
+use crate::api::{self, Api};
+use crate::logs::LogsArgs;
+use crate::services::{table, Action, ServiceArgs};
+
+fn client(api: &Api) -> anyhow::Result<MachineServiceClient<tonic::transport::Channel>> {
+    Ok(MachineServiceClient::new(api.channel()?).max_decoding_message_size(16 * 1024 * 1024))
+}
+
+/// A node's failure, named.
+fn failed(api: &Api, node: &str, status: &tonic::Status) -> String {
+    let why = api::explain(api, status).to_string();
+    let prefix = format!("{}: ", api.endpoint.label);
+    format!("{node}: {}", why.strip_prefix(&prefix).unwrap_or(&why))
+}
+
+fn finish(errors: Vec<String>) -> anyhow::Result<()> {
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", errors.join("\n"))
+    }
+}
+
+fn health(s: &ServiceInfo) -> &'static str {
+    match &s.health {
+        Some(h) if h.unknown => "?",
+        Some(h) if h.healthy => "OK",
+        Some(_) => "Fail",
+        None => "?",
+    }
+}
+
+fn last_event(s: &ServiceInfo) -> String {
+    s.events
+        .as_ref()
+        .and_then(|e| e.events.last())
+        .map(|e| e.msg.clone())
+        .or_else(|| s.health.as_ref().map(|h| h.last_message.clone()))
+        .unwrap_or_default()
+}
+
+/// The services of every node (ServiceList).
+async fn list(api: &Api) -> anyhow::Result<(Vec<(String, ServiceInfo)>, Vec<String>)> {
+    let mut c = client(api)?;
+    let mut services = Vec::new();
+    let mut errors = Vec::new();
+    for (label, node) in api.targets() {
+        match c.service_list(api.for_node((), node.as_deref())?).await {
+            Ok(reply) => {
+                for m in reply.into_inner().messages {
+                    services.extend(m.services.into_iter().map(|s| (label.clone(), s)));
+                }
+            }
+            Err(s) => errors.push(failed(api, &label, &s)),
+        }
+    }
+    Ok((services, errors))
+}
+
+/// `talosctl services`: NODE, SERVICE, STATE, HEALTH, LAST EVENT (upstream's columns but LAST
+/// CHANGE, which init does not keep).
+pub async fn services(api: &Api, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (services, errors) = list(api).await?;
+    let mut rows = vec![["NODE", "SERVICE", "STATE", "HEALTH", "LAST EVENT"]
+        .map(String::from)
+        .to_vec()];
+    rows.extend(services.iter().map(|(node, s)| {
+        vec![
+            node.clone(),
+            s.id.clone(),
+            s.state.clone(),
+            health(s).to_string(),
+            last_event(s),
+        ]
+    }));
+    table(out, &rows)?;
+    finish(errors)
+}
+
+/// `talosctl service <id> [status|start|stop|restart]`.
+pub async fn service(api: &Api, args: &ServiceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if args.action == Action::Status {
+        let (services, mut errors) = list(api).await?;
+        let mut rows = Vec::new();
+        for (label, _) in api.targets() {
+            let Some((_, s)) = services
+                .iter()
+                .find(|(n, s)| *n == label && s.id == args.id)
+            else {
+                if !errors.iter().any(|e| e.starts_with(&format!("{label}: "))) {
+                    errors.push(format!("{label}: no daemon or service {:?}", args.id));
+                }
+                continue;
+            };
+            rows.extend([
+                vec!["NODE".to_string(), label.clone()],
+                vec!["ID".to_string(), s.id.clone()],
+                vec!["STATE".to_string(), s.state.clone()],
+                vec!["HEALTH".to_string(), health(s).to_string()],
+                vec!["LAST EVENT".to_string(), last_event(s)],
+            ]);
+        }
+        table(out, &rows)?;
+        return finish(errors);
+    }
+    let mut c = client(api)?;
+    let mut rows = vec![vec!["NODE".to_string(), "RESPONSE".to_string()]];
+    let mut errors = Vec::new();
+    for (label, node) in api.targets() {
+        let node = node.as_deref();
+        let id = args.id.clone();
+        let reply = match args.action {
+            Action::Start => c
+                .service_start(api.for_node(ServiceStartRequest { id }, node)?)
+                .await
+                .map(|r| {
+                    r.into_inner()
+                        .messages
+                        .into_iter()
+                        .map(|m| m.resp)
+                        .collect()
+                }),
+            Action::Stop => c
+                .service_stop(api.for_node(ServiceStopRequest { id }, node)?)
+                .await
+                .map(|r| {
+                    r.into_inner()
+                        .messages
+                        .into_iter()
+                        .map(|m| m.resp)
+                        .collect()
+                }),
+            _ => c
+                .service_restart(api.for_node(ServiceRestartRequest { id }, node)?)
+                .await
+                .map(|r| {
+                    r.into_inner()
+                        .messages
+                        .into_iter()
+                        .map(|m| m.resp)
+                        .collect()
+                }),
+        };
+        match reply {
+            Ok(resps) => {
+                let resps: Vec<String> = resps;
+                rows.extend(resps.into_iter().map(|r| vec![label.clone(), r]));
+            }
+            Err(s) => errors.push(failed(api, &label, &s)),
+        }
+    }
+    table(out, &rows)?;
+    finish(errors)
+}
+
+/// `talosctl logs <id> [-f] [--tail N]`: each node's lines; with several nodes each line is
+/// prefixed with its node, and followed streams are interleaved as lines come.
+pub async fn logs(api: &Api, args: &LogsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let c = client(api)?;
+    let targets = api.targets();
+    let prefix = targets.len() > 1;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, Result<Vec<u8>, String>)>(64);
+    let mut errors = Vec::new();
+    for (label, node) in targets {
+        let req = api.for_node(
+            LogsRequest {
+                namespace: String::new(),
+                id: args.id.clone(),
+                driver: 0,
+                follow: args.follow,
+                tail_lines: args.tail,
+            },
+            node.as_deref(),
+        )?;
+        let mut stream = match c.clone().logs(req).await {
+            Ok(s) => s.into_inner(),
+            Err(s) => {
+                errors.push(failed(api, &label, &s));
+                continue;
+            }
+        };
+        if !args.follow {
+            // One node after the other: each node's lines stay together.
+            loop {
+                match stream.message().await {
+                    Ok(Some(d)) => write_lines(out, prefix.then_some(label.as_str()), &d.bytes)?,
+                    Ok(None) => break,
+                    Err(s) => {
+                        errors.push(format!("{label}: log stream broken: {}", s.message()));
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let item = match stream.message().await {
+                    Ok(Some(d)) => Ok(d.bytes),
+                    Ok(None) => return,
+                    Err(s) => Err(s.message().to_string()),
+                };
+                let end = item.is_err();
+                if tx.send((label.clone(), item)).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+    }
+    drop(tx);
+    while let Some((label, item)) = rx.recv().await {
+        match item {
+            Ok(bytes) => {
+                write_lines(out, prefix.then_some(label.as_str()), &bytes)?;
+                out.flush()?;
+            }
+            Err(e) => errors.push(format!("{label}: log stream broken: {e}")),
+        }
+    }
+    finish(errors)
+}
+
+fn write_lines(out: &mut dyn Write, prefix: Option<&str>, bytes: &[u8]) -> std::io::Result<()> {
+    match prefix {
+        None => out.write_all(bytes),
+        Some(p) => {
+            for line in bytes.split_inclusive(|b| *b == b'\n') {
+                write!(out, "{p}: ")?;
+                out.write_all(line)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `talosctl reboot` (`reboot`) or `talosctl shutdown`.
+pub async fn power(api: &Api, reboot: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut c = client(api)?;
+    let what = if reboot { "reboot" } else { "shutdown" };
+    let mut errors = Vec::new();
+    for (label, node) in api.targets() {
+        let node = node.as_deref();
+        let reply = if reboot {
+            c.reboot(api.for_node(RebootRequest { mode: 0 }, node)?)
+                .await
+                .map(drop)
+        } else {
+            c.shutdown(api.for_node(ShutdownRequest { force: false }, node)?)
+                .await
+                .map(drop)
+        };
+        match reply {
+            Ok(()) => writeln!(out, "{label}: {what} requested")?,
+            Err(s) => errors.push(failed(api, &label, &s)),
+        }
+    }
+    finish(errors)
+}
