@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/google/rpc/status.proto",
         "proto/common/common.proto",
         "proto/machine/machine.proto",
+        "proto/talosrs/audit.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

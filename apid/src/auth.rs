@@ -133,6 +133,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("/machine.MachineService/ServiceStop", &[A, O]),
     ("/machine.MachineService/Shutdown", &[A, O]),
     ("/machine.MachineService/Version", &[A, O, R]),
+    // Ours: what every daemon's sandbox is, read-only like the service list.
+    ("/talosrs.audit.AuditService/Audit", &[A, O, R]),
     ("/machine.MachineService/EtcdMemberList", &[A, O, R, E]),
     ("/machine.MachineService/EtcdSnapshot", &[A, O, E]),
     ("/machine.MachineService/EtcdStatus", &[A, O, R, E]),
@@ -257,6 +259,7 @@ mod tests {
         let reader = Roles::parse([READER]);
         let operator = Roles::parse([OPERATOR]);
         authorize("/machine.MachineService/Version", &reader).unwrap();
+        authorize("/talosrs.audit.AuditService/Audit", &reader).unwrap();
         authorize("/cosi.resource.State/List", &reader).unwrap();
         let e = authorize("/machine.MachineService/Reboot", &reader).unwrap_err();
         assert_eq!(e.code(), tonic::Code::PermissionDenied);

@@ -4,12 +4,14 @@
 //!   front of every service;
 //! - [`state`]: `cosi.resource.State`, read-only, with upstream's access filter;
 //! - [`machine`]: the part of `machine.MachineService` that exists on a talos-rs node;
+//! - [`audit`]: `talosrs.audit.AuditService` (ours): every daemon's observed sandbox;
 //! - [`proxy`]: forwarding to other nodes (`node`, `nodes` metadata), as upstream's director;
 //! - [`controller`]: the serving certificate and accepted CAs, from secretsd's resources;
 //! - [`run`]: the daemon.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod auth;
 pub mod controller;
 pub mod machine;

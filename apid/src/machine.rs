@@ -44,7 +44,7 @@ impl Machine {
 }
 
 /// init's refusal or absence, as the caller should see it.
-fn from_init(s: Status) -> Status {
+pub(crate) fn from_init(s: Status) -> Status {
     match s.code() {
         tonic::Code::Unavailable | tonic::Code::Unknown => Status::unavailable(format!(
             "init's control socket is not answering apid: {}",

@@ -72,6 +72,8 @@ const ONE_TO_MANY: &[&str] = &[
     "/inspect.InspectService/",
     "/storage.StorageService/",
     "/time.TimeService/",
+    // Ours, shaped as upstream's replies (repeated messages with common.Metadata).
+    "/talosrs.audit.AuditService/",
 ];
 
 /// Server-streaming methods (upstream's `apid` `streamedMatchers`); also any method whose name

@@ -12,6 +12,9 @@ use cosi::ResourceSpec;
 use machinery::resources::secrets::{ApiCertsSpec, NAMESPACE as SECRETS};
 use machinery::tls;
 use proto::machine::machine_service_server::MachineServiceServer;
+use proto::talosrs::audit::audit_service_server::AuditServiceServer;
+
+use crate::audit::Auditor;
 use proto::state_server::StateServer;
 use tokio::sync::watch;
 
@@ -115,6 +118,9 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
     ))
     .max_decoding_message_size(MAX_REQUEST)
     .max_encoding_message_size(cosi::client::MAX_MESSAGE);
+    let audit = AuditServiceServer::new(Auditor::new(cosi::unix_channel(&config.init_socket)))
+        .max_decoding_message_size(MAX_REQUEST)
+        .max_encoding_message_size(cosi::client::MAX_MESSAGE);
     let peers = Peers::new(creds.identity.clone(), config.peer_port);
     let serve = async {
         if serving.wait_for(|s| *s).await.is_err() {
@@ -134,6 +140,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
             )
             .add_service(state)
             .add_service(machine)
+            .add_service(audit)
             .serve_with_incoming_shutdown(
                 tls::incoming(listener, server_config, config.limits),
                 stopped(stop.clone()),

@@ -41,5 +41,13 @@ pub mod machine {
     tonic::include_proto!("machine");
 }
 
+/// `talosrs`: talos-rs's own APIs beside upstream's.
+pub mod talosrs {
+    /// `talosrs.audit`: the audit RPC, served by apid.
+    pub mod audit {
+        tonic::include_proto!("talosrs.audit");
+    }
+}
+
 pub use prost_types::Timestamp;
 pub use resource::*;

@@ -35,6 +35,29 @@ pub struct AuditArgs {
     pub threshold: u64,
 }
 
+/// One daemon's audit: the node (through apid), the daemon, what was observed.
+type Row = (Option<String>, String, DaemonSecuritySpec);
+
+/// Decodes init's (or apid's) audit entries; a daemon that could not be read is said on
+/// standard error.
+fn decode(
+    node: Option<&str>,
+    daemons: impl IntoIterator<Item = (String, String, String)>,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<()> {
+    let on = node.map(|n| format!(" on {n}")).unwrap_or_default();
+    for (name, json, error) in daemons {
+        if !error.is_empty() {
+            eprintln!("{name}{on}: not audited: {error}");
+            continue;
+        }
+        let spec: DaemonSecuritySpec = serde_json::from_str(&json)
+            .with_context(|| format!("the audit of {name}{on} does not decode"))?;
+        rows.push((node.map(str::to_string), name, spec));
+    }
+    Ok(())
+}
+
 /// Runs `audit` against the init whose control socket is `socket`.
 pub async fn run(socket: &Path, args: &AuditArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut client = crate::services::connect(socket)?;
@@ -49,28 +72,73 @@ pub async fn run(socket: &Path, args: &AuditArgs, out: &mut dyn Write) -> anyhow
             )
         })?
         .into_inner();
-    let mut daemons = Vec::with_capacity(reply.daemons.len());
-    for d in reply.daemons {
-        if !d.error.is_empty() {
-            eprintln!("{}: not audited: {}", d.name, d.error);
-            continue;
+    let mut rows = Vec::new();
+    decode(
+        None,
+        reply
+            .daemons
+            .into_iter()
+            .map(|d| (d.name, d.security_json, d.error)),
+        &mut rows,
+    )?;
+    anyhow::ensure!(!rows.is_empty(), "init reports no running daemon to audit");
+    report(&rows, args, out)
+}
+
+/// Runs `audit` through the Talos API (`talosrs.audit.AuditService`, ours), one call per node.
+pub async fn run_api(
+    api: &crate::api::Api,
+    args: &AuditArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    use proto::talosrs::audit::audit_service_client::AuditServiceClient;
+    let mut client = AuditServiceClient::new(api.channel()?);
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    for (label, node) in api.targets() {
+        let req = api.for_node(proto::talosrs::audit::AuditRequest {}, node.as_deref())?;
+        match client.audit(req).await {
+            Ok(reply) => {
+                for m in reply.into_inner().messages {
+                    decode(
+                        Some(&label),
+                        m.daemons
+                            .into_iter()
+                            .map(|d| (d.name, d.security_json, d.error)),
+                        &mut rows,
+                    )?;
+                }
+            }
+            Err(s) => errors.push(format!("{label}: {}", crate::api::explain(api, &s))),
         }
-        let spec: DaemonSecuritySpec = serde_json::from_str(&d.security_json)
-            .with_context(|| format!("the audit of {} does not decode", d.name))?;
-        daemons.push((d.name, spec));
     }
+    let reported = if rows.is_empty() {
+        Ok(())
+    } else {
+        report(&rows, args, out)
+    };
+    anyhow::ensure!(errors.is_empty(), "{}", errors.join("\n"));
     anyhow::ensure!(
-        !daemons.is_empty(),
-        "init reports no running daemon to audit"
+        !rows.is_empty(),
+        "no node reports a running daemon to audit"
     );
+    reported
+}
+
+/// Prints the rows and applies the threshold.
+fn report(rows: &[Row], args: &AuditArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let named = rows.iter().any(|(n, _, _)| n.is_some());
     match args.output {
         Format::Json => {
-            let v: Vec<serde_json::Value> = daemons
+            let v: Vec<serde_json::Value> = rows
                 .iter()
-                .map(|(id, s)| {
+                .map(|(node, id, s)| {
                     let mut v = serde_json::to_value(s).unwrap_or_default();
                     if let Some(o) = v.as_object_mut() {
                         o.insert("daemon".into(), id.clone().into());
+                        if let Some(n) = node {
+                            o.insert("node".into(), n.clone().into());
+                        }
                     }
                     v
                 })
@@ -79,26 +147,36 @@ pub async fn run(socket: &Path, args: &AuditArgs, out: &mut dyn Write) -> anyhow
             writeln!(out)?;
         }
         Format::Table => {
-            let mut rows = vec![[
-                "DAEMON",
-                "PID",
-                "THREADS",
-                "UID",
-                "CAPABILITIES",
-                "NNP",
-                "SECCOMP",
-                "LANDLOCK",
-                "WRITES",
-                "READS",
-                "EXPOSURE",
-                "MATCHES MANIFEST",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()];
-            for (id, s) in &daemons {
+            let mut header: Vec<String> = Vec::new();
+            if named {
+                header.push("NODE".into());
+            }
+            header.extend(
+                [
+                    "DAEMON",
+                    "PID",
+                    "THREADS",
+                    "UID",
+                    "CAPABILITIES",
+                    "NNP",
+                    "SECCOMP",
+                    "LANDLOCK",
+                    "WRITES",
+                    "READS",
+                    "EXPOSURE",
+                    "MATCHES MANIFEST",
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
+            let mut table_rows = vec![header];
+            for (node, id, s) in rows {
                 let o = &s.observed;
-                rows.push(vec![
+                let mut row = Vec::new();
+                if named {
+                    row.push(node.clone().unwrap_or_default());
+                }
+                row.extend([
                     id.clone(),
                     s.pid.to_string(),
                     s.threads.to_string(),
@@ -119,14 +197,18 @@ pub async fn run(socket: &Path, args: &AuditArgs, out: &mut dyn Write) -> anyhow
                         format!("no: {}", s.mismatches.join("; "))
                     },
                 ]);
+                table_rows.push(row);
             }
-            table(out, &rows)?;
+            table(out, &table_rows)?;
         }
     }
-    let above: Vec<String> = daemons
+    let above: Vec<String> = rows
         .iter()
-        .filter(|(_, s)| s.exposure > args.threshold)
-        .map(|(id, s)| format!("{id} ({})", s.exposure))
+        .filter(|(_, _, s)| s.exposure > args.threshold)
+        .map(|(node, id, s)| match node {
+            Some(n) => format!("{id} on {n} ({})", s.exposure),
+            None => format!("{id} ({})", s.exposure),
+        })
         .collect();
     out.flush()?;
     anyhow::ensure!(

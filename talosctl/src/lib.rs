@@ -1,9 +1,9 @@
 //! `talosctl`, the talos-rs command-line client.
 //!
-//! `get`, `inspect`, `services`, `service`, `logs`, `reboot`, `shutdown` and `version` go
+//! `get`, `inspect`, `services`, `service`, `logs`, `audit`, `reboot`, `shutdown` and `version` go
 //! through the Talos API ([`api`], [`remote`]): one endpoint, the nodes as metadata. With
-//! `--socket`/`--init-socket` (development) they, and always `apply-config`, `patch` and
-//! `audit` (whose Talos API calls are not there yet), reach nodes through their Unix sockets: the
+//! `--socket`/`--init-socket` (development) they, and always `apply-config` and `patch`
+//! (whose Talos API call is not there yet), reach nodes through their Unix sockets: the
 //! local node's, or with `-n` the nodes of a local cluster named in the talosconfig
 //! ([`target`]). Commands:
 //! - [`get`]: read, list or watch resources of any type, rendered as a table, YAML or JSON;
@@ -60,12 +60,12 @@ pub const DEFAULT_SOCKET: &str = "/run/stated/state.sock";
     version,
     about = "A CLI for talos-rs nodes: read their resources, manage their services, validate and patch machine configurations.",
     long_about = "A CLI for talos-rs nodes: read their resources, manage their services, validate and patch machine configurations.\n\n\
-                  get, inspect, services, service, logs, reboot, shutdown and version go through the\n\
-                  Talos API (apid on TCP 50000, mutual TLS with the talosconfig's ca, crt and key): to\n\
+                  get, inspect, services, service, logs, audit, reboot, shutdown and version go through\n\
+                  the Talos API (apid on TCP 50000, mutual TLS with the talosconfig's ca, crt and key): to\n\
                   the first endpoint, for each of the nodes (-n, else the context's).\n\n\
                   For development, --socket / --init-socket talk to Unix sockets instead: the local\n\
-                  node's, or with -n the nodes of a local cluster through /proc (root). apply-config,\n\
-                  patch and audit still take that route (their Talos API calls are not there yet).",
+                  node's, or with -n the nodes of a local cluster through /proc (root). apply-config\n\
+                  and patch still take that route (their Talos API call is not there yet).",
     propagate_version = true
 )]
 pub struct Cli {
@@ -76,7 +76,7 @@ pub struct Cli {
     pub socket: Option<PathBuf>,
 
     /// Development: talk to init's control socket instead of the Talos API, root only (or,
-    /// with -n, each local-cluster node's own) [default for audit: /run/init/init.sock].
+    /// with -n, each local-cluster node's own) [default: /run/init/init.sock].
     #[arg(long, global = true, env = "TALOS_INIT_SOCKET", value_name = "PATH")]
     pub init_socket: Option<PathBuf>,
 
@@ -84,7 +84,7 @@ pub struct Cli {
     /// addresses, or names of the context's local cluster's nodes. Through the Talos API each
     /// node is called through the endpoint, whose apid forwards the call (`node` metadata;
     /// `version` sends them all at once as `nodes`). Over sockets (--socket, apply-config,
-    /// patch, audit) they name nodes of the context's local cluster, reached from this host as
+    /// patch) they name nodes of the context's local cluster, reached from this host as
     /// root [default there: the local node].
     #[arg(
         short = 'n',
@@ -239,6 +239,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => each_node(&cli, &mut out, |t, out| {
             block_on(logs::run(&t.init_socket, args, out))
         }),
+        Command::Audit(args) if !over_sockets(&cli) => {
+            block_on(async { audit::run_api(&api(&cli)?, args, &mut out).await })
+        }
         Command::Audit(args) => each_node(&cli, &mut out, |t, out| {
             block_on(audit::run(&t.init_socket, args, out))
         }),

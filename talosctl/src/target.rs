@@ -1,7 +1,7 @@
 //! Which node a command talks to, and through which sockets.
 //!
 //! The development route (`--socket`, `--init-socket`) and the commands with no Talos API call
-//! yet (`apply-config`, `patch`, `audit`) reach a node through its Unix sockets: the local
+//! yet (`apply-config`, `patch`) reach a node through its Unix sockets: the local
 //! node's, or those of a node of a local cluster (`talosctl cluster create`), which the host
 //! reaches through init's root: `/proc/<init pid>/root/run/...`. Everything else goes through
 //! apid ([`crate::api`]).
@@ -97,7 +97,7 @@ fn cluster_targets(sel: &Selection<'_>, nodes: &[String]) -> anyhow::Result<Vec<
     let Some(dir) = &ctx.local_cluster else {
         anyhow::bail!(
             "-n {}: context {name:?} is not a local cluster: over sockets (--socket, \
-             apply-config, patch, audit) -n names a local cluster's nodes",
+             apply-config, patch) -n names a local cluster's nodes",
             nodes.join(",")
         );
     };

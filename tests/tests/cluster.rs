@@ -441,6 +441,20 @@ fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client
         "{}",
         text(&out)
     );
+    // The audit through apid (our AuditService), the worker's sandboxes as its kernel reports
+    // them: trustd and secretsd at most 1.0, apid at most 2.0.
+    let out = cluster.talosctl(&["-n", &w.name, "audit", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let audit: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    for (daemon, max) in [("trustd", 10), ("secretsd", 10), ("apid", 20)] {
+        let d = audit
+            .iter()
+            .find(|d| d["daemon"] == daemon)
+            .unwrap_or_else(|| panic!("{daemon} audited: {audit:?}"));
+        assert_eq!(d["node"], w.ip.as_str());
+        let exposure = d["exposure"].as_u64().unwrap();
+        assert!(exposure <= max, "{daemon}: {exposure} > {max}");
+    }
     // The machine configuration through apid is its copy without secrets, and says so.
     let out = cluster.talosctl(&["-n", &w.name, "get", "mc", "-o", "yaml"]);
     assert!(out.status.success(), "{}", text(&out));
