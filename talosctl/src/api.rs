@@ -91,10 +91,7 @@ impl Api {
     pub fn for_nodes<T>(&self, msg: T) -> anyhow::Result<tonic::Request<T>> {
         let mut req = tonic::Request::new(msg);
         for n in &self.nodes {
-            let v = n
-                .parse()
-                .with_context(|| format!("node {n:?} cannot be sent as gRPC metadata"))?;
-            req.metadata_mut().append("nodes", v);
+            req.metadata_mut().append("nodes", metadata(n)?);
         }
         Ok(req)
     }
@@ -116,10 +113,7 @@ impl Api {
     pub fn for_node<T>(&self, msg: T, node: Option<&str>) -> anyhow::Result<tonic::Request<T>> {
         let mut req = tonic::Request::new(msg);
         if let Some(n) = node {
-            let v = n
-                .parse()
-                .with_context(|| format!("node {n:?} cannot be sent as gRPC metadata"))?;
-            req.metadata_mut().insert("node", v);
+            req.metadata_mut().insert("node", metadata(n)?);
         }
         Ok(req)
     }
@@ -133,11 +127,10 @@ impl Api {
             .map(|(label, node)| {
                 let mut client = cosi::Client::over(channel.clone(), peer.clone());
                 if let Some(n) = node {
-                    let v = n
-                        .parse()
-                        .with_context(|| format!("node {n:?} cannot be sent as gRPC metadata"))?;
-                    client =
-                        client.with_metadata(tonic::metadata::MetadataKey::from_static("node"), v);
+                    client = client.with_metadata(
+                        tonic::metadata::MetadataKey::from_static("node"),
+                        metadata(&n)?,
+                    );
                 }
                 Ok(crate::get::Source {
                     node: Some(label),
@@ -156,6 +149,12 @@ impl Api {
             _ => &self.endpoint.label,
         }
     }
+}
+
+/// A node as a gRPC metadata value (`node`, `nodes`).
+fn metadata(node: &str) -> anyhow::Result<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> {
+    node.parse()
+        .with_context(|| format!("node {node:?} cannot be sent as gRPC metadata"))
 }
 
 fn pem(field: &str, context: &str, b64: &str) -> anyhow::Result<String> {

@@ -17,7 +17,8 @@ use crate::logs::LogsArgs;
 use crate::services::{table, Action, ServiceArgs};
 
 fn client(api: &Api) -> anyhow::Result<MachineServiceClient<tonic::transport::Channel>> {
-    Ok(MachineServiceClient::new(api.channel()?).max_decoding_message_size(16 * 1024 * 1024))
+    Ok(MachineServiceClient::new(api.channel()?)
+        .max_decoding_message_size(cosi::client::MAX_MESSAGE))
 }
 
 /// A node's failure, named.
