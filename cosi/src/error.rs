@@ -113,6 +113,11 @@ impl StateError {
             Code::FailedPrecondition => ErrorKind::Conflict,
             Code::Unavailable | Code::Cancelled => ErrorKind::Unavailable,
             Code::Unknown if message.contains("transport error") => ErrorKind::Unavailable,
+            // The connection broke mid-call (the peer was killed while answering): a transport
+            // failure like the one above, whatever code hyper's error was mapped to.
+            Code::Unknown | Code::Internal if message.starts_with("h2 protocol error") => {
+                ErrorKind::Unavailable
+            }
             Code::Unimplemented => ErrorKind::Unimplemented,
             Code::ResourceExhausted => ErrorKind::LimitReached,
             _ => ErrorKind::Other,
@@ -245,6 +250,19 @@ impl fmt::Display for Chain<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_broken_mid_call_is_unavailable() {
+        for code in [tonic::Code::Internal, tonic::Code::Unknown] {
+            let st = tonic::Status::new(
+                code,
+                "h2 protocol error: error reading a body from connection",
+            );
+            assert!(StateError::from_status(Op::Create, &st).is_unavailable());
+        }
+        let other = tonic::Status::internal("stated failed to persist");
+        assert!(!StateError::from_status(Op::Create, &other).is_unavailable());
+    }
 
     #[test]
     fn messages_on_the_wire_are_bounded() {
