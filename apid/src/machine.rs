@@ -1,5 +1,5 @@
 //! `machine.MachineService`, the part that exists on a talos-rs node: version, hostname,
-//! services and their logs, reboot and shutdown. Process control goes to init's control
+//! applying a configuration, services and their logs, reboot and shutdown. Process control goes to init's control
 //! socket (the one call that is not a resource, DESIGN.md §1); the rest is read from stated.
 //! While stated is down, Version and the service calls keep answering (init does not need
 //! stated); Hostname says stated is not answering.
@@ -11,11 +11,12 @@ use machinery::resources::network::{HostnameStatusSpec, HOSTNAME_ID, NAMESPACE a
 use machinery::resources::runtime::{MachineStatusSpec, MACHINE_STATUS_ID, NAMESPACE as RUNTIME};
 use proto::common::Data;
 use proto::init::init_client::InitClient;
-use proto::init::{LogsRequest as InitLogs, PowerRequest, ServiceRequest};
+use proto::init::{ApplyRequest, LogsRequest as InitLogs, PowerRequest, ServiceRequest};
 use proto::machine::machine_service_server::MachineService;
 use proto::machine::{
-    FeaturesInfo, Hostname, HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest,
-    RebootResponse, ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
+    ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, FeaturesInfo,
+    Hostname, HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
+    ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
     ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
     ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,
     ShutdownRequest, ShutdownResponse, Version, VersionInfo, VersionResponse,
@@ -120,6 +121,50 @@ impl MachineService for Machine {
                     mode: platform.into(),
                 }),
                 features: Some(FeaturesInfo { rbac: true }),
+            }],
+        }))
+    }
+
+    /// Handed to init, the node's config writer: apid never reads the full configuration, so
+    /// init keeps the secrets a client sends back redacted and diffs the redacted forms.
+    async fn apply_configuration(
+        &self,
+        req: Request<ApplyConfigurationRequest>,
+    ) -> Result<Response<ApplyConfigurationResponse>, Status> {
+        let r = req.into_inner();
+        let is_try = r.mode == proto::machine::apply_configuration_request::Mode::Try as i32;
+        let try_timeout_ms = match r.try_mode_timeout {
+            None => 0,
+            Some(_) if !is_try => 0,
+            Some(d) if d.seconds < 0 || d.nanos < 0 || (d.seconds == 0 && d.nanos == 0) => {
+                return Err(Status::invalid_argument(
+                    "try_mode_timeout should be positive",
+                ))
+            }
+            Some(d) => u64::try_from(d.seconds)
+                .unwrap_or(u64::MAX)
+                .saturating_mul(1000)
+                .saturating_add(u64::try_from(d.nanos / 1_000_000).unwrap_or(0))
+                .max(1),
+        };
+        let reply = self
+            .init
+            .clone()
+            .apply_configuration(ApplyRequest {
+                data: r.data,
+                mode: r.mode,
+                dry_run: r.dry_run,
+                try_timeout_ms,
+            })
+            .await
+            .map_err(from_init)?
+            .into_inner();
+        Ok(Response::new(ApplyConfigurationResponse {
+            messages: vec![ApplyConfiguration {
+                metadata: None,
+                warnings: reply.warnings,
+                mode: reply.mode,
+                mode_details: reply.mode_details,
             }],
         }))
     }

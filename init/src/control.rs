@@ -1,5 +1,6 @@
 //! The control socket (`/run/init/init.sock`): list, start, stop and restart daemons and
-//! services, tail and follow their output, shut down or reboot the node. gRPC (`talos.init`).
+//! services, tail and follow their output, shut down or reboot the node, apply a machine
+//! configuration ([`crate::apply`]). gRPC (`talos.init`).
 //! Only uid 0 and the one daemon the manifest marks `initControl` (apid, which serves these
 //! calls to its authorized clients) may call it, checked on every request from the kernel's peer
 //! credentials (SO_PEERCRED), not from anything the caller says. The socket file is also
@@ -14,8 +15,9 @@ use std::sync::Arc;
 use futures::Stream;
 use proto::init::init_server::{Init, InitServer};
 use proto::init::{
-    AuditRequest, AuditResponse, DaemonAudit, ListRequest, ListResponse, LogLine, LogsRequest,
-    PowerRequest, PowerResponse, Service, ServiceRequest, ServiceResponse,
+    ApplyRequest, ApplyResponse, AuditRequest, AuditResponse, DaemonAudit, ListRequest,
+    ListResponse, LogLine, LogsRequest, PowerRequest, PowerResponse, Service, ServiceRequest,
+    ServiceResponse,
 };
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;
@@ -23,6 +25,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
+use crate::apply::Applier;
 use crate::supervisor::{ControlError, Supervisor};
 use crate::PowerAction;
 
@@ -32,20 +35,24 @@ pub struct Control {
     power: mpsc::UnboundedSender<PowerAction>,
     /// The daemon admitted beside root (`initControl`): its name and uid.
     delegate: Option<(String, u32)>,
+    /// The config writer (none without a broker to write to).
+    applier: Option<Arc<Applier>>,
 }
 
 impl Control {
     /// The API; power requests go to `power`; `delegate` (a daemon's name and uid) may call it
-    /// beside root.
+    /// beside root; configurations are applied by `applier`.
     pub fn new(
         supervisor: Arc<Supervisor>,
         power: mpsc::UnboundedSender<PowerAction>,
         delegate: Option<(String, u32)>,
+        applier: Option<Arc<Applier>>,
     ) -> Self {
         Control {
             supervisor,
             power,
             delegate,
+            applier,
         }
     }
 
@@ -237,6 +244,19 @@ impl Init for Control {
             })
             .collect();
         Ok(Response::new(AuditResponse { daemons }))
+    }
+
+    async fn apply_configuration(
+        &self,
+        req: Request<ApplyRequest>,
+    ) -> Result<Response<ApplyResponse>, Status> {
+        self.admin(&req)?;
+        let Some(applier) = &self.applier else {
+            return Err(Status::unavailable(
+                "this node has no broker to hold a machine configuration",
+            ));
+        };
+        applier.apply(req.into_inner()).await.map(Response::new)
     }
 
     async fn reboot(&self, req: Request<PowerRequest>) -> Result<Response<PowerResponse>, Status> {

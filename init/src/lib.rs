@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod control;
 pub mod controllers;
 pub mod hostname;
@@ -155,10 +156,25 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
             path: control_path.clone(),
             source,
         })?;
+    let validation = match config.mode {
+        Mode::Vm => machinery::config::ValidationMode::Metal,
+        _ => machinery::config::ValidationMode::Container,
+    };
+    let applier = match manifest.broker().map(broker_socket) {
+        Some(socket) => match cosi::Client::new(&socket) {
+            Ok(c) => Some(apply::Applier::new(c, validation)),
+            Err(e) => {
+                tracing::error!(error = %e, "no client for stated: configurations cannot be applied");
+                None
+            }
+        },
+        None => None,
+    };
     let control = control::Control::new(
         supervisor.clone(),
         power_tx.clone(),
         delegate.map(|d| (d.name.clone(), d.uid)),
+        applier.clone(),
     );
     tokio::spawn(async move {
         if let Err(e) = control::serve(listener, control).await {
@@ -166,7 +182,7 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
         }
     });
 
-    let (machine_tx, machine_rx) = watch::channel(MachineStatusSpec {
+    let (machine_tx, _) = watch::channel(MachineStatusSpec {
         stage: MachineStage::Booting,
         mode: config.mode.as_str().to_string(),
         ..Default::default()
@@ -179,7 +195,7 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
         held,
         profiles_dir,
         machine_tx.clone(),
-        machine_rx,
+        applier,
     ));
 
     let action = wait_for_power(config.mode, &mut power_rx).await;
@@ -237,7 +253,7 @@ async fn boot(
     held: Vec<(String, Arc<OwnedFd>)>,
     profiles_dir: PathBuf,
     machine_tx: watch::Sender<MachineStatusSpec>,
-    machine_rx: watch::Receiver<MachineStatusSpec>,
+    applier: Option<Arc<apply::Applier>>,
 ) {
     let Ok(order) = manifest.start_order() else {
         return;
@@ -284,6 +300,9 @@ async fn boot(
     }
     define_types(&client).await;
     seed_config(&client, &config).await;
+    if let Some(a) = &applier {
+        a.boot().await;
+    }
     // init's own reconcile loops run as controllers on the shared runtime, so that the node's
     // dependency graph (`talosctl inspect dependencies`) shows them.
     let mut runtime = cosi::Runtime::new(client.clone())
@@ -295,7 +314,7 @@ async fn boot(
     };
     register(runtime.register(controllers::StatusController {
         supervisor: supervisor.clone(),
-        machine: machine_rx,
+        machine: machine_tx.subscribe(),
         daemons: order.clone(),
         cmdline: config.cmdline.clone(),
         forwarding: false,

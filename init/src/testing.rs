@@ -269,7 +269,50 @@ impl NodeBuilder {
         let manifest = base.join("daemons.yaml");
         std::fs::write(&manifest, self.manifest()).expect("manifest");
         let log = base.join("init.log");
-        let log_file = std::fs::File::create(&log).expect("log file");
+        let config = self.config.as_ref().map(|config| {
+            let path = base.join("config.yaml");
+            std::fs::write(&path, config).expect("config");
+            path
+        });
+        let boot = Boot {
+            mode: self.mode,
+            own_uts: self.own_uts,
+            manifest,
+            config,
+        };
+        let started = Instant::now();
+        let child = boot.spawn(&bin, &root, &log);
+        Node {
+            dir,
+            root: root.clone(),
+            bin,
+            state_socket: root.join("run/stated/state.sock"),
+            init_socket: root.join("run/init/init.sock"),
+            log,
+            mode: self.mode,
+            child: Some(child),
+            started,
+            boot,
+        }
+    }
+}
+
+/// How init is started, again at each [`Node::reboot`].
+struct Boot {
+    mode: NodeMode,
+    own_uts: bool,
+    manifest: PathBuf,
+    config: Option<PathBuf>,
+}
+
+impl Boot {
+    /// Starts init in new namespaces over `root`, its output appended to `log`.
+    fn spawn(&self, bin: &Path, root: &Path, log: &Path) -> Child {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
         let mut cmd = Command::new("setpriv");
         cmd.args(["--pdeathsig", "SIGKILL", "--", "unshare", "--net"]);
         // init sets the hostname in container mode (and with --own-uts): never the host's.
@@ -287,34 +330,20 @@ impl NodeBuilder {
                 NodeMode::Dev => "dev",
             },
         ]);
-        cmd.arg("--root").arg(&root);
-        cmd.arg("--bin-dir").arg(&bin);
-        cmd.arg("--manifest").arg(&manifest);
+        cmd.arg("--root").arg(root);
+        cmd.arg("--bin-dir").arg(bin);
+        cmd.arg("--manifest").arg(&self.manifest);
         if self.own_uts && self.mode == NodeMode::Dev {
             cmd.arg("--own-uts");
         }
-        if let Some(config) = &self.config {
-            let path = base.join("config.yaml");
-            std::fs::write(&path, config).expect("config");
+        if let Some(path) = &self.config {
             cmd.arg("--config").arg(path);
         }
         cmd.env("RUST_LOG", "info,init::output=debug");
         cmd.stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log"))
             .stderr(log_file);
-        let started = Instant::now();
-        let child = cmd.spawn().expect("spawn setpriv/unshare/init");
-        Node {
-            dir,
-            root: root.clone(),
-            bin,
-            state_socket: root.join("run/stated/state.sock"),
-            init_socket: root.join("run/init/init.sock"),
-            log,
-            mode: self.mode,
-            child: Some(child),
-            started,
-        }
+        cmd.spawn().expect("spawn setpriv/unshare/init")
     }
 }
 
@@ -350,6 +379,7 @@ pub struct Node {
     child: Option<Child>,
     /// When init was spawned.
     pub started: Instant,
+    boot: Boot,
 }
 
 impl Node {
@@ -541,6 +571,19 @@ impl Node {
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// A reboot of the node: init is stopped (SIGTERM, every daemon in order) and started
+    /// again over the same root, its durable state (stated's `config` namespace) kept; in new
+    /// network and PID namespaces, as a machine that booted again.
+    pub fn reboot(&mut self, timeout: Duration) {
+        assert!(
+            self.terminate(timeout).is_some(),
+            "init did not end within {timeout:?}\n{}",
+            tail(&self.log_text(), 40)
+        );
+        self.started = Instant::now();
+        self.child = Some(self.boot.spawn(&self.bin, &self.root, &self.log));
     }
 
     /// Sends SIGTERM to init and waits for it to end (up to `timeout`); returns its status.

@@ -1,19 +1,101 @@
 //! `talosctl apply-config` and `talosctl patch machineconfig`: change a node's machine
-//! configuration (the `MachineConfig` resource `config/v1alpha1`).
+//! configuration (the `MachineConfig` resource `config/v1alpha1`) with
+//! `machine.ApplyConfiguration`, through apid (or, on the development route, init's control
+//! socket). The node validates (every problem listed), diffs and writes it; nothing is written
+//! when it is invalid or with `--dry-run`.
 //!
-//! Both build the new configuration on the client, decode and validate it for the node's mode
-//! first, print a unified diff against the current one, and write nothing when it is invalid,
-//! unchanged, or `--dry-run` is given. The write is a compare-and-set on the version read: a
-//! configuration changed meanwhile is not overwritten.
+//! `patch` reads the current configuration first: through apid that is the redacted copy (apid
+//! never reads the full one), so the patched text carries `******` where the secrets were, and
+//! the node keeps its own values there. Modes as upstream's `--mode`: auto (no-reboot on a
+//! talos-rs node: everything is applied live), no-reboot, staged (active after the next boot),
+//! try (reverted after `--timeout` unless another apply comes first); reboot is refused by the
+//! node, as upstream since 1.14.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use cosi::{Client, Resource, ResourceSpec as _};
-use machinery::config::{apply_patches, Config, Patch, ValidationMode};
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE};
-use machinery::resources::runtime::MachineStatusSpec;
+use machinery::config::{apply_patches, Patch};
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE, REDACTED_NAMESPACE};
+use proto::init::ApplyRequest;
+use proto::machine::apply_configuration_request::Mode as WireMode;
+use proto::machine::machine_service_client::MachineServiceClient;
+use proto::machine::ApplyConfigurationRequest;
+
+use crate::api::{self, Api};
+
+/// `--mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Apply without a reboot when possible (always, on a talos-rs node).
+    Auto,
+    /// Apply now, without a reboot.
+    NoReboot,
+    /// Deprecated upstream; refused by the node.
+    Reboot,
+    /// Keep it for the next boot; change nothing now.
+    Staged,
+    /// Apply now and go back to the current configuration after `--timeout`.
+    Try,
+}
+
+impl Mode {
+    fn wire(self) -> WireMode {
+        match self {
+            Mode::Auto => WireMode::Auto,
+            Mode::NoReboot => WireMode::NoReboot,
+            Mode::Reboot => WireMode::Reboot,
+            Mode::Staged => WireMode::Staged,
+            Mode::Try => WireMode::Try,
+        }
+    }
+}
+
+/// A Go-style duration: `90s`, `1m`, `1m30s`, `500ms`, `2h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {text:?} (e.g. 30s, 1m, 1m30s, 2h)");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let one = match &rest[..unit] {
+            "ms" => Duration::from_millis(1),
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        total = one
+            .checked_mul(u32::try_from(n).map_err(|_| bad())?)
+            .and_then(|d| total.checked_add(d))
+            .ok_or_else(bad)?;
+        rest = &rest[unit..];
+    }
+    Ok(total)
+}
+
+/// What both commands share.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModeArgs {
+    /// How to apply it.
+    #[arg(short = 'm', long, value_enum, default_value_t = Mode::Auto)]
+    pub mode: Mode,
+    /// Show what would change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With `--mode try`: how long until the current configuration comes back.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
 
 /// Arguments of `apply-config`.
 #[derive(Debug, clap::Args)]
@@ -24,9 +106,8 @@ pub struct ApplyArgs {
     /// Patches to apply to the file first (as `machineconfig patch`); repeatable.
     #[arg(short = 'p', long, value_name = "PATCH", allow_hyphen_values = true)]
     pub config_patch: Vec<String>,
-    /// Show what would change; write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
+    #[command(flatten)]
+    pub how: ModeArgs,
 }
 
 /// Arguments of `patch`.
@@ -45,33 +126,34 @@ pub struct PatchArgs {
         allow_hyphen_values = true
     )]
     pub patch: Vec<String>,
-    /// Show what would change; write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
+    #[command(flatten)]
+    pub how: ModeArgs,
 }
 
-/// Runs `apply-config` against one node's stated.
-pub async fn apply(socket: &Path, args: &ApplyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+fn load_patches(args: &[String]) -> anyhow::Result<Vec<Patch>> {
+    args.iter()
+        .map(|p| crate::machineconfig::load_patch(p))
+        .collect()
+}
+
+/// The new configuration of `apply-config`: the file, patched.
+fn apply_text(args: &ApplyArgs) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let text = if args.config_patch.is_empty() {
-        text
-    } else {
-        let patches = load_patches(&args.config_patch)?;
-        apply_patches(&text, &patches)
-            .with_context(|| format!("cannot patch {}", args.file.display()))?
-    };
-    change(socket, |_| Ok(text.clone()), args.dry_run, true, out).await
+    if args.config_patch.is_empty() {
+        return Ok(text);
+    }
+    let patches = load_patches(&args.config_patch)?;
+    apply_patches(&text, &patches).with_context(|| format!("cannot patch {}", args.file.display()))
 }
 
-/// Runs `patch machineconfig` against one node's stated.
-pub async fn patch(socket: &Path, args: &PatchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+fn check_resource(args: &PatchArgs) -> anyhow::Result<()> {
     let r = args.resource.to_ascii_lowercase();
     if ![
         "machineconfig",
         "machineconfigs",
         "mc",
-        MachineConfigSpec::TYPE,
+        <MachineConfigSpec as cosi::ResourceSpec>::TYPE,
     ]
     .iter()
     .any(|a| a.eq_ignore_ascii_case(&r))
@@ -81,157 +163,173 @@ pub async fn patch(socket: &Path, args: &PatchArgs, out: &mut dyn Write) -> anyh
             args.resource
         );
     }
-    let patches = load_patches(&args.patch)?;
-    change(
-        socket,
-        |current| {
-            let current = current
-                .context("the node has no machine configuration to patch (use apply-config)")?;
-            apply_patches(current, &patches).context("cannot patch the machine configuration")
-        },
-        args.dry_run,
-        false,
-        out,
-    )
-    .await
-}
-
-fn load_patches(args: &[String]) -> anyhow::Result<Vec<Patch>> {
-    args.iter()
-        .map(|p| crate::machineconfig::load_patch(p))
-        .collect()
-}
-
-/// The validation mode of the node: from init's MachineStatus (`vm` → metal, else container).
-async fn node_mode(client: &Client) -> ValidationMode {
-    match client
-        .get_typed::<MachineStatusSpec>("runtime", "machine")
-        .await
-    {
-        Ok(r) if r.spec.mode == "vm" => ValidationMode::Metal,
-        _ => ValidationMode::Container,
-    }
-}
-
-/// Reads the current configuration, builds the new one with `new`, validates it, shows the
-/// diff, and writes it (compare-and-set) unless `dry_run`. `create` allows a node without a
-/// configuration yet.
-async fn change(
-    socket: &Path,
-    new: impl FnOnce(Option<&str>) -> anyhow::Result<String>,
-    dry_run: bool,
-    create: bool,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    if !socket.exists() {
-        anyhow::bail!(
-            "stated socket {} does not exist: is the node running?",
-            socket.display()
-        );
-    }
-    let client = Client::new(socket)
-        .with_context(|| format!("cannot use stated socket {}", socket.display()))?;
-    let current = match client
-        .get_typed::<MachineConfigSpec>(NAMESPACE, ACTIVE_ID)
-        .await
-    {
-        Ok(r) => Some(r),
-        Err(e) if e.is_not_found() => None,
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context("cannot read the machine configuration"))
-        }
-    };
-    let old_text = current.as_ref().map(|r| r.spec.0.as_str());
-    let text = new(old_text)?;
-    let mode = node_mode(&client).await;
-    let config = Config::from_yaml(&text).map_err(|e| invalid(mode, &e))?;
-    let warnings = config.validate(mode).map_err(|e| invalid(mode, &e))?;
-    for w in warnings {
-        eprintln!("warning: {w}");
-    }
-    let (old_norm, new_norm) = (normalize(old_text.unwrap_or("")), normalize(&text));
-    let diff = similar::TextDiff::from_lines(old_norm.as_str(), new_norm.as_str())
-        .unified_diff()
-        .context_radius(3)
-        .header("current", "new")
-        .to_string();
-    if diff.is_empty() {
-        writeln!(out, "Config diff:\n\nNo changes.")?;
-    } else {
-        writeln!(out, "Config diff:\n\n{diff}")?;
-    }
-    if dry_run {
-        writeln!(out, "Dry run: nothing was written.")?;
-        return Ok(());
-    }
-    if old_text == Some(text.as_str()) || (diff.is_empty() && current.is_some()) {
-        writeln!(out, "Apply was skipped: no changes detected.")?;
-        return Ok(());
-    }
-    let stored = match current {
-        Some(mut r) => {
-            r.spec = MachineConfigSpec(text);
-            let raw = r.to_raw()?;
-            client
-                .update(&raw, &raw.metadata.owner, None)
-                .await
-                .map_err(|e| {
-                    if e.is_conflict() {
-                        anyhow::anyhow!(
-                            "the machine configuration changed since it was read (version {}); \
-                             nothing was written: run the command again",
-                            raw.metadata.version
-                        )
-                    } else {
-                        anyhow::Error::new(e).context("cannot write the machine configuration")
-                    }
-                })?
-        }
-        None if create => {
-            let raw = Resource::new(NAMESPACE, ACTIVE_ID, MachineConfigSpec(text)).to_raw()?;
-            client
-                .create(&raw, "")
-                .await
-                .context("cannot write the machine configuration")?
-        }
-        None => anyhow::bail!("the node has no machine configuration"),
-    };
-    writeln!(
-        out,
-        "Applied configuration without a reboot (MachineConfig version {}).",
-        stored.metadata.version
-    )?;
     Ok(())
 }
 
-/// A configuration as the diff compares it: every document decoded and encoded again, so
-/// that only changes of content show (not of indentation, quoting or comments), as upstream
-/// compares encoded configurations. Text that does not decode is compared as it is.
-fn normalize(text: &str) -> String {
-    let mut docs = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        match serde::Deserialize::deserialize(doc) {
-            Ok(serde_yaml_ng::Value::Null) => {}
-            Ok(v) => match serde_yaml_ng::to_string::<serde_yaml_ng::Value>(&v) {
-                Ok(s) => docs.push(s),
-                Err(_) => return text.to_string(),
-            },
-            Err(_) => return text.to_string(),
-        }
-    }
-    docs.join("---\n")
+/// `patch`: the node's configuration (`None`: it has none) with the patches applied.
+fn patched(current: Option<&str>, patches: &[Patch]) -> anyhow::Result<String> {
+    let current =
+        current.context("the node has no machine configuration to patch (use apply-config)")?;
+    apply_patches(current, patches).context("cannot patch the machine configuration")
 }
 
-fn invalid(mode: ValidationMode, errors: &machinery::config::ConfigErrors) -> anyhow::Error {
-    anyhow::anyhow!(
-        "the new machine configuration is not valid for {mode} mode; nothing was written:\n  * {}",
-        errors
-            .errors()
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n  * ")
-    )
+/// The node's configuration as `client` may read it from `namespace`.
+async fn current(client: &cosi::Client, namespace: &str) -> anyhow::Result<Option<String>> {
+    match client
+        .get_typed::<MachineConfigSpec>(namespace, ACTIVE_ID)
+        .await
+    {
+        Ok(r) => Ok(Some(r.spec.0)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e).context("cannot read the machine configuration")),
+    }
+}
+
+fn request(text: String, how: &ModeArgs) -> ApplyConfigurationRequest {
+    ApplyConfigurationRequest {
+        data: text.into_bytes(),
+        mode: how.mode.wire() as i32,
+        dry_run: how.dry_run,
+        try_mode_timeout: Some(prost_types::Duration {
+            seconds: i64::try_from(how.timeout.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(how.timeout.subsec_nanos()).unwrap_or(0),
+        }),
+    }
+}
+
+/// Prints one node's answer: its warnings, then what was done (with `--dry-run`, the diff).
+fn print(
+    label: Option<&str>,
+    warnings: &[String],
+    details: &str,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    match label {
+        Some(node) => writeln!(out, "{node}: {details}")?,
+        None => writeln!(out, "{details}")?,
+    }
+    Ok(())
+}
+
+/// Where the new configuration comes from.
+pub enum Change<'a> {
+    /// `apply-config`.
+    Apply(&'a ApplyArgs),
+    /// `patch machineconfig`.
+    Patch(&'a PatchArgs),
+}
+
+impl Change<'_> {
+    fn how(&self) -> &ModeArgs {
+        match self {
+            Change::Apply(a) => &a.how,
+            Change::Patch(p) => &p.how,
+        }
+    }
+}
+
+/// `apply-config` / `patch` through apid: one ApplyConfiguration per node (`node` metadata).
+pub async fn run_api(api: &Api, change: Change<'_>, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (fixed, patches) = match &change {
+        Change::Apply(a) => (Some(apply_text(a)?), Vec::new()),
+        Change::Patch(p) => {
+            check_resource(p)?;
+            (None, load_patches(&p.patch)?)
+        }
+    };
+    let mut machine = MachineServiceClient::new(api.channel()?)
+        .max_decoding_message_size(cosi::client::MAX_MESSAGE)
+        .max_encoding_message_size(cosi::client::MAX_MESSAGE);
+    let sources = api.state_sources()?;
+    let several = sources.len() > 1;
+    let mut errors = Vec::new();
+    for ((label, node), source) in api.targets().into_iter().zip(sources) {
+        let text = match &fixed {
+            Some(t) => t.clone(),
+            None => {
+                let now = match current(&source.client, REDACTED_NAMESPACE).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        errors.push(format!("{label}: {e:#}"));
+                        continue;
+                    }
+                };
+                match patched(now.as_deref(), &patches) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        errors.push(format!("{label}: {e:#}"));
+                        continue;
+                    }
+                }
+            }
+        };
+        let req = api.for_node(request(text, change.how()), node.as_deref())?;
+        match machine.apply_configuration(req).await {
+            Ok(reply) => {
+                for m in reply.into_inner().messages {
+                    print(
+                        several.then_some(label.as_str()),
+                        &m.warnings,
+                        &m.mode_details,
+                        out,
+                    )?;
+                }
+            }
+            Err(s) => {
+                let why = api::explain(api, &s).to_string();
+                errors.push(format!("{label}: {why}"));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", errors.join("\n"))
+    }
+}
+
+/// `apply-config` / `patch` on the development route: the node's own sockets (stated's for
+/// the current configuration, init's control socket to apply).
+pub async fn run_sockets(
+    target: &crate::target::Target,
+    change: Change<'_>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let text = match &change {
+        Change::Apply(a) => apply_text(a)?,
+        Change::Patch(p) => {
+            check_resource(p)?;
+            let patches = load_patches(&p.patch)?;
+            let socket = &target.state_socket;
+            if !socket.exists() {
+                anyhow::bail!(
+                    "stated socket {} does not exist: is the node running?",
+                    socket.display()
+                );
+            }
+            let client = cosi::Client::new(socket)
+                .with_context(|| format!("cannot use stated socket {}", socket.display()))?;
+            patched(current(&client, NAMESPACE).await?.as_deref(), &patches)?
+        }
+    };
+    let r = request(text, change.how());
+    let mut init = crate::services::connect(&target.init_socket)?;
+    let reply = init
+        .apply_configuration(ApplyRequest {
+            data: r.data,
+            mode: r.mode,
+            dry_run: r.dry_run,
+            try_timeout_ms: u64::try_from(change.how().timeout.as_millis()).unwrap_or(u64::MAX),
+        })
+        .await
+        .map_err(|s| {
+            crate::services::call_error(&target.init_socket, "cannot apply the configuration", s)
+        })?
+        .into_inner();
+    print(None, &reply.warnings, &reply.mode_details, out)
 }
 
 #[cfg(test)]
@@ -239,10 +337,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn normalizing_hides_layout_and_keeps_content() {
-        let a = "# c\nmachine:\n    type: worker\n---\nkind: X\napiVersion: v1alpha1\n";
-        let b = "machine:\n  type: worker\n---\nkind: X\napiVersion: v1alpha1\n";
-        assert_eq!(normalize(a), normalize(b));
-        assert_ne!(normalize(a), normalize("machine:\n  type: controlplane\n"));
+    fn durations_parse_as_go_writes_them() {
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        for bad in ["", "1", "m", "1x", "-1s", "99999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -257,11 +257,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reboot => each_node(&cli, &mut out, |t, out| {
             block_on(power::run(&t.init_socket, true, out))
         }),
+        Command::ApplyConfig(args) if !over_sockets(&cli) => block_on(async {
+            apply::run_api(&api(&cli)?, apply::Change::Apply(args), &mut out).await
+        }),
+        Command::Patch(args) if !over_sockets(&cli) => block_on(async {
+            apply::run_api(&api(&cli)?, apply::Change::Patch(args), &mut out).await
+        }),
         Command::ApplyConfig(args) => each_node(&cli, &mut out, |t, out| {
-            block_on(apply::apply(&t.state_socket, args, out))
+            block_on(apply::run_sockets(t, apply::Change::Apply(args), out))
         }),
         Command::Patch(args) => each_node(&cli, &mut out, |t, out| {
-            block_on(apply::patch(&t.state_socket, args, out))
+            block_on(apply::run_sockets(t, apply::Change::Patch(args), out))
         }),
         Command::Cluster(cmd) => {
             let path = talosconfig::path(cli.talosconfig.as_deref())?;

@@ -245,8 +245,30 @@ fn three_nodes_get_dhcp_addresses_hostnames_daemons_reach_each_other_and_destroy
         &original.to_string_lossy(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("-    - 10.5.0.1"), "{}", text(&out));
+    assert!(
+        text(&out).contains("Applied configuration without a reboot (MachineConfig version"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(version(), v0 + 2);
+    // Staged: kept for the next boot, listed (redacted) beside the active one.
+    let out = cluster.talosctl(&[
+        "-n", &w.name, "patch", "mc", "--patch", &at_patch, "--mode", "staged",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("Staged configuration"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(version(), v0 + 2, "staged: the active one is unchanged");
+    let out = cluster.talosctl(&["-n", &w.name, "get", "mc", "staged", "-o", "yaml"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("10.5.0.1") && text(&out).contains("******"),
+        "{}",
+        text(&out)
+    );
 
     let pids = cluster_processes(&cluster);
     assert!(

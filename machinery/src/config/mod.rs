@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod apply;
 mod checks;
 mod document;
 mod error;
