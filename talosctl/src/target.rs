@@ -1,10 +1,9 @@
 //! Which node a command talks to, and through which sockets.
 //!
-//! The development route (`--socket`, `--init-socket`) and the commands with no Talos API call
-//! yet (`apply-config`, `patch`) reach a node through its Unix sockets: the local
-//! node's, or those of a node of a local cluster (`talosctl cluster create`), which the host
-//! reaches through init's root: `/proc/<init pid>/root/run/...`. Everything else goes through
-//! apid ([`crate::api`]).
+//! The development route (`--socket`, `--init-socket`) reaches a node through its Unix sockets:
+//! the local node's, or those of a node of a local cluster (`talosctl cluster create`), which
+//! the host reaches through init's root: `/proc/<init pid>/root/run/...`. Without those flags
+//! every command goes through apid ([`crate::api`]).
 //!
 //! - `-n/--nodes` names nodes of the talosconfig's context (`--context`, else the current
 //!   one) by name or IP; the context's `localCluster` tells where their cluster is;

@@ -200,7 +200,9 @@ fn three_nodes_get_dhcp_addresses_hostnames_daemons_reach_each_other_and_destroy
     // The full configuration, as root through /proc (--socket): apid serves only its copy
     // without secrets.
     let version = || {
-        let out = cluster.talosctl(&["--socket", SOCKET, "-n", &w.name, "get", "mc", "-o", "json"]);
+        let out = cluster.talosctl(&[
+            "--socket", SOCKET, "-n", &w.name, "get", "mc", "v1alpha1", "-o", "json",
+        ]);
         assert!(out.status.success(), "{}", text(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         v["metadata"]["version"].as_u64().unwrap()
@@ -269,6 +271,39 @@ fn three_nodes_get_dhcp_addresses_hostnames_daemons_reach_each_other_and_destroy
         "{}",
         text(&out)
     );
+    // A reboot (`talosctl reboot` through apid): the node boots again with a new init, over the
+    // same overlay, and the staged configuration is the active one.
+    let init_of = |c: &Cluster| {
+        c.show()
+            .nodes
+            .into_iter()
+            .find(|n| n.name == w.name)
+            .and_then(|n| n.init_pid)
+    };
+    let before_reboot = init_of(&cluster);
+    let out = cluster.talosctl(&["-n", &w.name, "reboot"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = cluster.talosctl(&["--socket", SOCKET, "-n", &w.name, "get", "mc", "-o", "json"]);
+        let now = init_of(&cluster);
+        let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success()
+            && now.is_some()
+            && now != before_reboot
+            && listed.contains("\"v1alpha1\"")
+            && !listed.contains("\"staged\"")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "no reboot: init {now:?} (was {before_reboot:?}): {}",
+            text(&out)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert_eq!(version(), v0 + 3, "the staged configuration became active");
 
     let pids = cluster_processes(&cluster);
     assert!(
@@ -498,7 +533,9 @@ fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client
     let signed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(signed["spec"]["endpoint"], cp.ip.as_str(), "{signed}");
     assert_eq!(signed["spec"]["error"], "", "{signed}");
-    let out = cluster.talosctl(&["--socket", SOCKET, "-n", &w.name, "get", "mc", "-o", "json"]);
+    let out = cluster.talosctl(&[
+        "--socket", SOCKET, "-n", &w.name, "get", "mc", "v1alpha1", "-o", "json",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
     let mc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mc: serde_json::Value = match mc["spec"].as_str() {

@@ -1,9 +1,11 @@
 //! How a node starts: two hidden `talosctl cluster` subcommands that `cluster create` runs,
 //! detached, for each node.
 //!
-//! - `node-supervise` (on the host): leaves talosctl's session, unshares a new PID namespace
-//!   and starts `node-init` in it — its PID 1 — then waits for it and exits with its status.
-//!   It writes init's host PID to `<node>/init.pid`.
+//! - `node-supervise` (on the host): leaves talosctl's session and boots the node with
+//!   `node-boot`, again each time init ends with the reboot code (`talosctl reboot`); otherwise
+//!   it exits with init's status.
+//! - `node-boot`: unshares a new PID namespace and starts `node-init` in it — its PID 1 —
+//!   writes init's host PID to `<node>/init.pid` and waits for it.
 //! - `node-init` (PID 1 of the new PID namespace): enters the node's named network namespace,
 //!   unshares mount, UTS and IPC namespaces, mounts the node's overlay (the image read-only
 //!   below, the node's own `upper/` above), a small `/dev` and a read-only `/sys`, copies the
@@ -24,6 +26,9 @@ use nix::sched::CloneFlags;
 
 use super::net::NETNS_DIR;
 
+/// init's exit code when it was asked to reboot outside a VM (`init::pid1::REBOOT_EXIT`): the
+/// supervisor boots the node again.
+pub const REBOOT_EXIT: i32 = 10;
 /// Where the node's machine config is copied to, inside the node.
 pub const NODE_CONFIG: &str = "/etc/talos/config.yaml";
 /// The daemon manifest of the image.
@@ -94,6 +99,36 @@ pub fn supervise(args: &LaunchArgs) -> anyhow::Result<i32> {
             .spawn(move || super::publish::relay(listener, netns))
             .context("cannot start the API relay")?;
     }
+    let exe = std::env::current_exe().context("cannot find the talosctl binary")?;
+    loop {
+        let status = Command::new(&exe)
+            .args(["cluster", "node-boot"])
+            .args(args.to_args())
+            .status()
+            .context("cannot boot the node")?;
+        let code = status.code().unwrap_or(128);
+        if code != REBOOT_EXIT {
+            eprintln!(
+                "talosctl node-supervise: init of {} ended: {status}",
+                args.hostname
+            );
+            return Ok(code);
+        }
+        eprintln!(
+            "talosctl node-supervise: {} reboots (same directory, same overlay)",
+            args.hostname
+        );
+        // A node that reboots at once, again and again, does not spin.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// `node-boot`: one boot of the node: a new PID namespace with `node-init` as its PID 1;
+/// returns init's exit code.
+pub fn boot(args: &LaunchArgs) -> anyhow::Result<i32> {
+    // Dies with the supervisor (and so, through node-init's own parent-death signal, the node).
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(sys("cannot set the parent-death signal"))?;
     nix::sched::unshare(CloneFlags::CLONE_NEWPID)
         .context("cannot create the node's PID namespace")?;
     let exe = std::env::current_exe().context("cannot find the talosctl binary")?;
@@ -108,10 +143,6 @@ pub fn supervise(args: &LaunchArgs) -> anyhow::Result<i32> {
         .and_then(|()| std::fs::rename(&tmp, &pid_file))
         .with_context(|| format!("cannot write {}", pid_file.display()))?;
     let status = child.wait().context("cannot wait for the node's init")?;
-    eprintln!(
-        "talosctl node-supervise: init of {} ended: {status}",
-        args.hostname
-    );
     Ok(status.code().unwrap_or(128))
 }
 

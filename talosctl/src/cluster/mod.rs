@@ -61,6 +61,9 @@ pub enum Command {
     /// (internal) A node's supervisor on the host.
     #[command(hide = true)]
     NodeSupervise(LaunchArgs),
+    /// (internal) One boot of a node: its PID namespace.
+    #[command(hide = true)]
+    NodeBoot(LaunchArgs),
     /// (internal) A node's PID 1 until it becomes init.
     #[command(hide = true)]
     NodeInit(LaunchArgs),
@@ -180,6 +183,10 @@ pub fn run(cmd: &Command, talosconfig: &Path, out: &mut dyn Write) -> anyhow::Re
         Command::Destroy(args) => destroy(args, out),
         Command::NodeSupervise(args) => {
             let code = launch::supervise(args)?;
+            std::process::exit(code)
+        }
+        Command::NodeBoot(args) => {
+            let code = launch::boot(args)?;
             std::process::exit(code)
         }
         Command::NodeInit(args) => launch::node_init(args),
@@ -1073,9 +1080,7 @@ fn table_rows(cluster: &Cluster, details: bool) -> Vec<Vec<String>> {
         ];
         if details {
             row.push(
-                n.init
-                    .as_ref()
-                    .filter(|p| p.alive())
+                n.current_init()
                     .map(|p| p.pid.to_string())
                     .unwrap_or_else(|| "-".into()),
             );
@@ -1131,7 +1136,7 @@ fn show(args: &ShowArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                         "mac": n.mac,
                         "api": n.api_port.map(|p| format!("127.0.0.1:{p}")),
                         "state": rt.block_on(node_state(&cluster, n)).as_str(),
-                        "initPid": alive(&n.init),
+                        "initPid": alive(&n.current_init()),
                         "supervisorPid": alive(&n.supervisor),
                         "netns": n.netns,
                         "dir": n.dir,
@@ -1183,15 +1188,15 @@ fn destroy(args: &DestroyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 /// supervisors.
 fn stop_nodes(nodes: &[&Node], progress: &Progress) {
     let started = Instant::now();
-    let inits: Vec<&Proc> = nodes
+    let inits: Vec<(&Node, Proc)> = nodes
         .iter()
-        .filter_map(|n| n.init.as_ref().filter(|p| p.alive()))
+        .filter_map(|n| Some((*n, n.current_init()?)))
         .collect();
-    for init in &inits {
+    for (_, init) in &inits {
         init.signal(nix::sys::signal::Signal::SIGTERM);
     }
     let deadline = Instant::now() + Duration::from_secs(30);
-    for (node, init) in nodes.iter().filter_map(|n| Some((n, n.init.as_ref()?))) {
+    for (node, init) in &inits {
         let left = deadline.saturating_duration_since(Instant::now());
         if !init.wait_gone(left) {
             progress.say(format_args!(

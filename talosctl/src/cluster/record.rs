@@ -80,9 +80,32 @@ impl Node {
     /// A path of the node's filesystem as reachable from the host, through init's root
     /// (`/proc/<pid>/root/...`), while init runs.
     pub fn path_in_node(&self, path: &str) -> Option<PathBuf> {
-        let init = self.init.as_ref().filter(|p| p.alive())?;
+        let init = self.current_init()?;
         Some(PathBuf::from(format!("/proc/{}/root", init.pid)).join(path.trim_start_matches('/')))
     }
+}
+
+impl Node {
+    /// init as it runs now: the one `create` recorded, or, after the node rebooted, the one
+    /// its supervisor started since (`init.pid`, taken only if it is the grandchild of this
+    /// very supervisor: supervisor → boot → init).
+    pub fn current_init(&self) -> Option<Proc> {
+        if let Some(p) = self.init.as_ref().filter(|p| p.alive()) {
+            return Some(p.clone());
+        }
+        let sup = self.supervisor.as_ref().filter(|p| p.alive())?;
+        let text = std::fs::read_to_string(self.dir.join(super::launch::INIT_PID_FILE)).ok()?;
+        let pid: i32 = text.trim().parse().ok()?;
+        let init = Proc::of(pid, &format!("init of {}", self.name))?;
+        (parent(parent(pid)?)? == sup.pid && init.alive()).then_some(init)
+    }
+}
+
+/// The parent of `pid` (`/proc/<pid>/stat` field 4).
+fn parent(pid: i32) -> Option<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A process the cluster started: PID and start time (`/proc/<pid>/stat` field 22), so that a
