@@ -169,16 +169,51 @@ pub fn authorize(method: &str, roles: &Roles) -> Result<(), Status> {
     )))
 }
 
+/// The method a client without a certificate may call in maintenance beside the reader's.
+pub const MAINTENANCE_APPLY: &str = "/machine.MachineService/ApplyConfiguration";
+
+/// In a request's extensions: the caller came in through the maintenance API, without a
+/// certificate (only [`AuthzLayer`] puts it there).
+#[derive(Clone, Copy, Debug)]
+pub struct Maintenance;
+
+/// The roles of a caller without a certificate while the node is in maintenance: upstream's
+/// (reader, plus ApplyConfiguration, which the node itself refuses once it is configured).
+fn maintenance_roles(method: &str) -> Result<Roles, Status> {
+    let reader = Roles::parse([READER]);
+    if method == MAINTENANCE_APPLY {
+        return Ok(reader);
+    }
+    authorize(method, &reader).map(|()| reader).map_err(|_| {
+        Status::permission_denied(format!(
+            "{method} is not available in maintenance mode (the node has no configuration yet)"
+        ))
+    })
+}
+
 /// The layer that authenticates and authorizes every request before any service sees it, and
 /// hands the caller's [`Roles`] to the handler in the request's extensions.
 #[derive(Clone, Debug, Default)]
-pub struct AuthzLayer;
+pub struct AuthzLayer {
+    open: machinery::tls::ClientCas,
+}
+
+impl AuthzLayer {
+    /// The layer of a server whose client CAs are `cas`: while they are open (maintenance), a
+    /// caller without a certificate gets the maintenance API.
+    pub fn new(cas: machinery::tls::ClientCas) -> Self {
+        AuthzLayer { open: cas }
+    }
+}
 
 impl<S> tower::Layer<S> for AuthzLayer {
     type Service = Authz<S>;
 
     fn layer(&self, inner: S) -> Authz<S> {
-        Authz { inner }
+        Authz {
+            inner,
+            open: self.open.clone(),
+        }
     }
 }
 
@@ -186,6 +221,7 @@ impl<S> tower::Layer<S> for AuthzLayer {
 #[derive(Clone, Debug)]
 pub struct Authz<S> {
     inner: S,
+    open: machinery::tls::ClientCas,
 }
 
 impl<S> tower::Service<http::Request<Body>> for Authz<S>
@@ -206,11 +242,21 @@ where
 
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         let method = req.uri().path().to_string();
-        let checked = roles_of(req.extensions().get::<ConnectInfo>(), req.headers())
-            .and_then(|roles| authorize(&method, &roles).map(|()| roles));
+        let info = req.extensions().get::<ConnectInfo>();
+        let anonymous = info.is_none_or(|i| i.peer_certificates.is_empty());
+        let maintenance = anonymous && self.open.is_open();
+        let checked = if maintenance {
+            maintenance_roles(&method)
+        } else {
+            roles_of(info, req.headers())
+                .and_then(|roles| authorize(&method, &roles).map(|()| roles))
+        };
         match checked {
             Ok(roles) => {
                 req.extensions_mut().insert(Arc::new(roles));
+                if maintenance {
+                    req.extensions_mut().insert(Maintenance);
+                }
                 let fut = self.inner.call(req);
                 Box::pin(fut)
             }

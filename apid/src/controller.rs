@@ -2,13 +2,21 @@
 //! and its own client identity (for forwarding to other nodes) equal to what secretsd
 //! publishes in `ApiCertificates/api`. New values apply from the next handshake on; nothing is
 //! restarted, open connections keep theirs.
+//!
+//! While init says the node is in maintenance (`runtime/MachineStatus` stage `maintenance`: no
+//! machine configuration), apid serves the maintenance API instead: a self-signed certificate
+//! made here, in memory, its fingerprint logged (the console) for `talosctl apply-config
+//! --insecure --cert-fingerprint`, and no client certificate asked for.
 
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
+use machinery::resources::runtime::{
+    MachineStage, MachineStatusSpec, MACHINE_STATUS_ID, NAMESPACE as RUNTIME,
+};
 use machinery::resources::secrets::{ApiCertsSpec, API_ID, NAMESPACE};
-use machinery::secrets::x509::Certificate;
+use machinery::secrets::x509::{Certificate, ExtendedUsage, LeafRequest, Subject, Usage};
 use machinery::tls::{certified_key, client_config, ClientCas, ServerCertificate};
 use tokio::sync::watch;
 
@@ -48,6 +56,40 @@ pub struct CertificateController {
     creds: Credentials,
     serving: watch::Sender<bool>,
     reported: Option<String>,
+    /// The maintenance certificate and its fingerprint, once made.
+    maintenance: Option<(Arc<machinery::tls::rustls::sign::CertifiedKey>, String)>,
+}
+
+/// How long the maintenance certificate is valid (it lives only as long as this apid).
+const MAINTENANCE_VALIDITY: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
+/// A self-signed server certificate for the maintenance API: a throwaway CA (its key dropped
+/// at once) signs a leaf for server authentication; returns it and its fingerprint.
+fn maintenance_certificate() -> Result<(machinery::tls::rustls::sign::CertifiedKey, String), String>
+{
+    let now = std::time::SystemTime::now();
+    let subject = Subject {
+        organizations: Vec::new(),
+        common_name: Some("talos-rs maintenance".into()),
+    };
+    let ca = machinery::secrets::x509::self_signed_ca(
+        &subject,
+        machinery::secrets::x509::KeyAlgorithm::Ed25519,
+        now,
+    )
+    .map_err(|e| e.to_string())?;
+    let (crt, key) = LeafRequest {
+        subject,
+        key_usages: vec![Usage::DigitalSignature],
+        extended: vec![ExtendedUsage::ServerAuth],
+        ..LeafRequest::default()
+    }
+    .issue((&ca.0, &ca.1), now, MAINTENANCE_VALIDITY)
+    .map_err(|e| e.to_string())?;
+    let fingerprint = crt.fingerprint().map_err(|e| e.to_string())?;
+    let key = key.to_pem().map_err(|e| e.to_string())?;
+    let ck = certified_key(&crt.to_pem(), &key).map_err(|e| e.to_string())?;
+    Ok((ck, fingerprint))
 }
 
 impl CertificateController {
@@ -58,6 +100,7 @@ impl CertificateController {
             creds,
             serving,
             reported: None,
+            maintenance: None,
         }
     }
 
@@ -71,6 +114,41 @@ impl CertificateController {
     }
 
     async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let stage = ctx
+            .get::<MachineStatusSpec>(RUNTIME, MACHINE_STATUS_ID)
+            .await?
+            .map(|m| m.spec.stage);
+        if stage == Some(MachineStage::Maintenance) {
+            if self.maintenance.is_none() {
+                match maintenance_certificate() {
+                    Ok((ck, fp)) => {
+                        tracing::warn!(
+                            fingerprint = %fp,
+                            "maintenance mode: the node has no machine configuration; the \
+                             maintenance API is open to clients without a certificate \
+                             (apply one with talosctl apply-config --insecure \
+                             --cert-fingerprint {fp})"
+                        );
+                        self.maintenance = Some((Arc::new(ck), fp));
+                    }
+                    Err(e) => {
+                        self.report(Some(format!("maintenance certificate: {e}")));
+                        return Ok(Action::AwaitChange);
+                    }
+                }
+            }
+            if let Some((ck, _)) = &self.maintenance {
+                self.creds.server.set((**ck).clone());
+            }
+            self.creds.client_cas.set_open(true);
+            self.serving.send_replace(true);
+            return Ok(Action::AwaitChange);
+        }
+        if self.creds.client_cas.is_open() {
+            tracing::info!("maintenance is over: clients need a certificate of the OS CA again");
+            self.creds.client_cas.set_open(false);
+            self.maintenance = None;
+        }
         let spec = ctx
             .get::<ApiCertsSpec>(NAMESPACE, API_ID)
             .await?
@@ -148,7 +226,10 @@ impl Controller for CertificateController {
     }
 
     fn inputs(&self) -> Vec<Input> {
-        vec![Input::weak::<ApiCertsSpec>(NAMESPACE).with_id(API_ID)]
+        vec![
+            Input::weak::<ApiCertsSpec>(NAMESPACE).with_id(API_ID),
+            Input::weak::<MachineStatusSpec>(RUNTIME).with_id(MACHINE_STATUS_ID),
+        ]
     }
 
     fn outputs(&self) -> Vec<Output> {

@@ -131,6 +131,7 @@ impl MachineService for Machine {
         &self,
         req: Request<ApplyConfigurationRequest>,
     ) -> Result<Response<ApplyConfigurationResponse>, Status> {
+        let maintenance = req.extensions().get::<crate::auth::Maintenance>().is_some();
         let r = req.into_inner();
         let is_try = r.mode == proto::machine::apply_configuration_request::Mode::Try as i32;
         let try_timeout_ms = match r.try_mode_timeout {
@@ -155,6 +156,7 @@ impl MachineService for Machine {
                 mode: r.mode,
                 dry_run: r.dry_run,
                 try_timeout_ms,
+                maintenance,
             })
             .await
             .map_err(from_init)?

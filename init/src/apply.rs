@@ -20,8 +20,9 @@ use cosi::{Resource, ResourceSpec as _};
 use machinery::config::apply::{redacted_diff, restore_redacted};
 use machinery::config::{Config, ConfigErrors, ValidationMode};
 use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE};
+use machinery::resources::runtime::{MachineStage, MachineStatusSpec};
 use proto::init::{ApplyRequest, ApplyResponse};
-use tokio::sync::Mutex;
+use tokio::sync::{watch, Mutex};
 use tonic::Status;
 
 /// The ID of a configuration staged for the next boot.
@@ -73,6 +74,8 @@ pub struct Applier {
     busy: Mutex<()>,
     /// The pending rollback of a TRY.
     timer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The machine's stage: Maintenance becomes Running once a configuration is applied.
+    machine: watch::Sender<MachineStatusSpec>,
 }
 
 fn unavailable(e: &cosi::StateError) -> Status {
@@ -114,14 +117,38 @@ fn humantime(d: Duration) -> String {
 }
 
 impl Applier {
-    /// The writer over stated, validating for `mode`.
-    pub fn new(client: cosi::Client, mode: ValidationMode) -> Arc<Self> {
+    /// The writer over stated, validating for `mode`; it ends the `machine`'s maintenance
+    /// stage when it writes the node's first configuration.
+    pub fn new(
+        client: cosi::Client,
+        mode: ValidationMode,
+        machine: watch::Sender<MachineStatusSpec>,
+    ) -> Arc<Self> {
         Arc::new(Applier {
             client,
             mode,
             busy: Mutex::new(()),
             timer: std::sync::Mutex::new(None),
+            machine,
         })
+    }
+
+    /// The end of the boot: Running with a configuration, else Maintenance (decided under the
+    /// apply lock, so that an apply cannot slip between the check and the stage). A stated that
+    /// does not answer counts as configured: the maintenance API is never opened on a doubt.
+    pub async fn settle(&self) {
+        let _busy = self.busy.lock().await;
+        let configured = self.read(ACTIVE_ID).await.map_or(true, |c| c.is_some());
+        self.machine.send_modify(|m| {
+            if m.stage == MachineStage::Booting {
+                m.stage = if configured {
+                    MachineStage::Running
+                } else {
+                    tracing::info!("no machine configuration: maintenance mode");
+                    MachineStage::Maintenance
+                };
+            }
+        });
     }
 
     async fn read(&self, id: &str) -> Result<Option<Resource<MachineConfigSpec>>, Status> {
@@ -190,7 +217,11 @@ impl Applier {
 
     /// Validates and applies one request.
     pub async fn apply(self: &Arc<Self>, req: ApplyRequest) -> Result<ApplyResponse, Status> {
-        let mode = Mode::from_wire(req.mode)?;
+        let mut mode = Mode::from_wire(req.mode)?;
+        if mode == Mode::Reboot && req.maintenance {
+            // Upstream, in maintenance: as no-reboot.
+            mode = Mode::NoReboot;
+        }
         if mode == Mode::Reboot {
             return Err(Status::unimplemented(
                 "apply mode REBOOT is not supported (as upstream since 1.14): every change is \
@@ -216,6 +247,17 @@ impl Applier {
         let text = String::from_utf8(req.data)
             .map_err(|_| Status::invalid_argument("the machine configuration is not UTF-8 text"))?;
         let current = self.read(ACTIVE_ID).await?;
+        if req.maintenance && current.is_some() {
+            return Err(Status::permission_denied(
+                "the node has a machine configuration: the maintenance API is over, use a \
+                 client certificate of the node's OS CA (talosconfig)",
+            ));
+        }
+        if req.maintenance && matches!(mode, Mode::Staged | Mode::Try) {
+            return Err(Status::invalid_argument(
+                "in maintenance mode a configuration is applied with auto or no-reboot",
+            ));
+        }
         let current_text = current.as_ref().map(|r| r.spec.0.as_str());
         let text = match restore_redacted(&text, current_text) {
             Ok(Some(restored)) => restored,
@@ -303,6 +345,14 @@ impl Applier {
                 }
                 self.remove(ROLLBACK_ID).await?;
                 self.remove(STAGED_ID).await?;
+                self.machine.send_if_modified(|m| {
+                    let leave = m.stage == MachineStage::Maintenance;
+                    if leave {
+                        m.stage = MachineStage::Running;
+                        tracing::info!("a machine configuration was applied: maintenance is over");
+                    }
+                    leave
+                });
             }
         }
         tracing::info!(mode = ?chosen, version = ?written, "machine configuration applied");

@@ -156,13 +156,18 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
             path: control_path.clone(),
             source,
         })?;
+    let (machine_tx, _) = watch::channel(MachineStatusSpec {
+        stage: MachineStage::Booting,
+        mode: config.mode.as_str().to_string(),
+        ..Default::default()
+    });
     let validation = match config.mode {
         Mode::Vm => machinery::config::ValidationMode::Metal,
         _ => machinery::config::ValidationMode::Container,
     };
     let applier = match manifest.broker().map(broker_socket) {
         Some(socket) => match cosi::Client::new(&socket) {
-            Ok(c) => Some(apply::Applier::new(c, validation)),
+            Ok(c) => Some(apply::Applier::new(c, validation, machine_tx.clone())),
             Err(e) => {
                 tracing::error!(error = %e, "no client for stated: configurations cannot be applied");
                 None
@@ -182,11 +187,6 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
         }
     });
 
-    let (machine_tx, _) = watch::channel(MachineStatusSpec {
-        stage: MachineStage::Booting,
-        mode: config.mode.as_str().to_string(),
-        ..Default::default()
-    });
     let order = manifest.start_order().unwrap_or_default();
     let boot = tokio::spawn(boot(
         config.clone(),
@@ -346,7 +346,12 @@ async fn boot(
             .add(&d.name, UnitKind::Daemon, "", launch, deps, true)
             .await;
     }
-    machine_tx.send_modify(|m| m.stage = MachineStage::Running);
+    // Without a configuration the node waits in maintenance (apid serves the maintenance API)
+    // until one is applied.
+    match &applier {
+        Some(a) => a.settle().await,
+        None => machine_tx.send_modify(|m| m.stage = MachineStage::Running),
+    }
     tracing::info!(daemons = order.len(), "every daemon is started");
 }
 

@@ -124,9 +124,25 @@ fn roots(cas: &[Certificate]) -> Result<RootCertStore, TlsError> {
 /// only: its extended key usage must say client authentication and nothing else (upstream's
 /// `verifyExtKeyUsage`), so that a node's server certificate cannot log in.
 #[derive(Clone, Debug, Default)]
-pub struct ClientCas(Arc<RwLock<Option<Arc<dyn ClientCertVerifier>>>>);
+pub struct ClientCas(
+    Arc<RwLock<Option<Arc<dyn ClientCertVerifier>>>>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
 
 impl ClientCas {
+    /// Open (a node in maintenance): from the next handshake on, no client certificate is
+    /// asked for, so none is verified; closed: a certificate of the CAs is required again.
+    /// What an open server lets an unauthenticated caller do is the caller's business (apid's
+    /// authorization layer reads [`ClientCas::is_open`]).
+    pub fn set_open(&self, open: bool) {
+        self.1.store(open, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the server is open ([`ClientCas::set_open`]).
+    pub fn is_open(&self) -> bool {
+        self.1.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Accepts clients of `cas` from the next handshake on.
     ///
     /// # Errors
@@ -155,6 +171,14 @@ impl ClientCas {
 }
 
 impl ClientCertVerifier for ClientCas {
+    fn offer_client_auth(&self) -> bool {
+        !self.is_open()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        !self.is_open()
+    }
+
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
         // The hints would have to outlive a swap of the CAs; clients send their certificate
         // without them (Go's and rustls's do).
@@ -253,6 +277,82 @@ pub fn client_config(
     };
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
+}
+
+/// A TLS 1.3 client configuration for a server whose certificate no CA of ours signed (a node
+/// in maintenance, with a self-signed one): with `pins`, the server's leaf must have one of
+/// those fingerprints ([`Certificate::fingerprint`], upstream's `--cert-fingerprint`); without,
+/// any certificate is taken (trust on first use, as upstream's `--insecure`). The server must
+/// still prove it holds the certificate's key. No client certificate is presented.
+pub fn pinned_client_config(pins: &[String]) -> Result<ClientConfig, TlsError> {
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned(pins.to_vec())))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// See [`pinned_client_config`].
+#[derive(Debug)]
+struct Pinned(Vec<String>);
+
+impl rustls::client::danger::ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if self.0.is_empty() {
+            return Ok(rustls::client::danger::ServerCertVerified::assertion());
+        }
+        let seen = Certificate::from_der(end_entity.as_ref())
+            .and_then(|c| c.fingerprint())
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        if self.0.contains(&seen) {
+            return Ok(rustls::client::danger::ServerCertVerified::assertion());
+        }
+        Err(rustls::Error::General(format!(
+            "the server's certificate fingerprint is {seen}, not {}",
+            self.0.join(" nor ")
+        )))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Err(rustls::Error::PeerIncompatible(
+            rustls::PeerIncompatible::Tls13RequiredForQuic,
+        ))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &provider().signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 /// Bounds of a server's connections.

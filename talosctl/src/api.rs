@@ -76,6 +76,23 @@ impl std::fmt::Debug for Api {
 }
 
 impl Api {
+    /// The maintenance API of the node at `target` (`host[:port]`), reached without a client
+    /// certificate; its certificate pinned to one of `pins` (`--cert-fingerprint`), or taken
+    /// as it is without any (`--insecure` alone: trust on first use, as upstream).
+    pub fn insecure(target: &str, pins: &[String]) -> anyhow::Result<Api> {
+        let (addr, server_name) = endpoint(target)?;
+        let config = tls::pinned_client_config(pins).context("TLS client configuration")?;
+        Ok(Api {
+            endpoint: Endpoint {
+                label: target.to_string(),
+                addr,
+                server_name,
+            },
+            nodes: Vec::new(),
+            config: Arc::new(config),
+        })
+    }
+
     /// A lazily connected channel to the endpoint.
     pub fn channel(&self) -> anyhow::Result<Channel> {
         tls::channel(

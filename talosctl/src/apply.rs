@@ -108,6 +108,15 @@ pub struct ApplyArgs {
     pub config_patch: Vec<String>,
     #[command(flatten)]
     pub how: ModeArgs,
+    /// Talk to a node in maintenance (no configuration yet): no client certificate, the
+    /// node's self-signed certificate taken as it is unless `--cert-fingerprint` pins it.
+    /// The node is `-n` (or `-e`), by address.
+    #[arg(short = 'i', long)]
+    pub insecure: bool,
+    /// With `--insecure`: the fingerprint the node's certificate must have (the base64
+    /// SHA-256 of its public key, as the node's console shows it); repeatable.
+    #[arg(long, value_name = "FP", requires = "insecure")]
+    pub cert_fingerprint: Vec<String>,
 }
 
 /// Arguments of `patch`.
@@ -323,6 +332,7 @@ pub async fn run_sockets(
             mode: r.mode,
             dry_run: r.dry_run,
             try_timeout_ms: u64::try_from(change.how().timeout.as_millis()).unwrap_or(u64::MAX),
+            maintenance: false,
         })
         .await
         .map_err(|s| {

@@ -257,6 +257,32 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reboot => each_node(&cli, &mut out, |t, out| {
             block_on(power::run(&t.init_socket, true, out))
         }),
+        Command::ApplyConfig(args) if args.insecure => {
+            let targets = if cli.endpoints.is_empty() {
+                &cli.nodes
+            } else {
+                &cli.endpoints
+            };
+            if targets.is_empty() {
+                anyhow::bail!(
+                    "apply-config --insecure needs the node's address: -n <ip> (or -e <ip[:port]>)"
+                );
+            }
+            let mut errors = Vec::new();
+            for t in targets {
+                let done = api::Api::insecure(t, &args.cert_fingerprint).and_then(|api| {
+                    block_on(apply::run_api(&api, apply::Change::Apply(args), &mut out))
+                });
+                if let Err(e) = done {
+                    errors.push(format!("{e:#}"));
+                }
+            }
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("{}", errors.join("\n")))
+            }
+        }
         Command::ApplyConfig(args) if !over_sockets(&cli) => block_on(async {
             apply::run_api(&api(&cli)?, apply::Change::Apply(args), &mut out).await
         }),

@@ -330,6 +330,9 @@ pub enum MachineStage {
     /// Starting its daemons.
     #[default]
     Booting,
+    /// Every daemon started, and the node has no machine configuration: apid serves the
+    /// maintenance API (upstream's stage of that name) until one is applied.
+    Maintenance,
     /// Every daemon started (ready or not: see `ready`).
     Running,
     /// Stopping everything before power-off.

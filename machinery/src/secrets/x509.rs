@@ -313,6 +313,15 @@ impl Certificate {
         Ok(cert.public_key().raw.to_vec())
     }
 
+    /// Its fingerprint as upstream's `--cert-fingerprint` takes it: the standard base64 of the
+    /// SHA-256 of its SubjectPublicKeyInfo (DER).
+    pub fn fingerprint(&self) -> Result<String, SecretsError> {
+        use base64::Engine as _;
+        let spki = self.public_key_der()?;
+        let digest = ring::digest::digest(&ring::digest::SHA256, &spki);
+        Ok(base64::engine::general_purpose::STANDARD.encode(digest.as_ref()))
+    }
+
     /// The algorithm of its public key (what a key made to be signed by it should use, as
     /// upstream's worker picks its apid key after the last accepted CA); `None` for another.
     pub fn key_algorithm(&self) -> Option<KeyAlgorithm> {
