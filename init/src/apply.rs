@@ -103,8 +103,11 @@ fn details(mode: Mode, timeout: Duration) -> String {
     }
 }
 
-/// Go's `Duration.String()` for whole seconds: `1m0s`, `30s`, `1h0m0s`.
+/// Go's `Duration.String()`, to the second (`1m0s`, `30s`, `1h0m0s`; `500ms` below one).
 fn humantime(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
     let s = d.as_secs();
     let (h, m, s) = (s / 3600, (s / 60) % 60, s % 60);
     if h > 0 {
@@ -430,6 +433,7 @@ mod tests {
         assert_eq!(humantime(Duration::from_secs(60)), "1m0s");
         assert_eq!(humantime(Duration::from_secs(30)), "30s");
         assert_eq!(humantime(Duration::from_secs(3723)), "1h2m3s");
+        assert_eq!(humantime(Duration::from_millis(500)), "500ms");
     }
 
     #[test]

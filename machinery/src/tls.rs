@@ -47,6 +47,33 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// What both verifiers answer for TLS 1.2: the servers and clients speak TLS 1.3 only.
+fn no_tls12() -> Result<HandshakeSignatureValid, rustls::Error> {
+    Err(rustls::Error::PeerIncompatible(
+        rustls::PeerIncompatible::Tls13RequiredForQuic,
+    ))
+}
+
+/// The peer's proof that it holds its certificate's key, checked with ring's algorithms.
+fn verify_tls13(
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    rustls::crypto::verify_tls13_signature(
+        message,
+        cert,
+        dss,
+        &provider().signature_verification_algorithms,
+    )
+}
+
+fn schemes() -> Vec<SignatureScheme> {
+    provider()
+        .signature_verification_algorithms
+        .supported_schemes()
+}
+
 fn der_chain(pem: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = x509::certificates(pem.as_bytes())
         .map_err(|e| TlsError::Credentials(format!("certificate: {e}")))?;
@@ -212,10 +239,7 @@ impl ClientCertVerifier for ClientCas {
         _cert: &CertificateDer<'_>,
         _dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        // The servers speak TLS 1.3 only.
-        Err(rustls::Error::PeerIncompatible(
-            rustls::PeerIncompatible::Tls13RequiredForQuic,
-        ))
+        no_tls12()
     }
 
     fn verify_tls13_signature(
@@ -224,18 +248,11 @@ impl ClientCertVerifier for ClientCas {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &provider().signature_verification_algorithms,
-        )
+        verify_tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider()
-            .signature_verification_algorithms
-            .supported_schemes()
+        schemes()
     }
 }
 
@@ -329,9 +346,7 @@ impl rustls::client::danger::ServerCertVerifier for Pinned {
         _cert: &CertificateDer<'_>,
         _dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::PeerIncompatible(
-            rustls::PeerIncompatible::Tls13RequiredForQuic,
-        ))
+        no_tls12()
     }
 
     fn verify_tls13_signature(
@@ -340,18 +355,11 @@ impl rustls::client::danger::ServerCertVerifier for Pinned {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &provider().signature_verification_algorithms,
-        )
+        verify_tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider()
-            .signature_verification_algorithms
-            .supported_schemes()
+        schemes()
     }
 }
 
