@@ -26,15 +26,7 @@ pub const ETCD_BACKUP: &str = "os:etcd:backup";
 pub const IMPERSONATOR: &str = "os:impersonator";
 
 /// The roles upstream knows; others are kept (forward compatibility) but grant nothing.
-pub const KNOWN: &[&str] = &[
-    ADMIN,
-    OPERATOR,
-    READER,
-    ETCD_BACKUP,
-    "os:image:verifier",
-    "os:meta:writer",
-    IMPERSONATOR,
-];
+pub const KNOWN: &[&str] = machinery::resources::apid::KNOWN_ROLES;
 
 /// The metadata key carrying the roles of a forwarded request.
 pub const ROLE_METADATA: &str = "talos-role";

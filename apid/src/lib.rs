@@ -4,6 +4,7 @@
 //!   front of every service;
 //! - [`state`]: `cosi.resource.State`, read-only, with upstream's access filter;
 //! - [`machine`]: the part of `machine.MachineService` that exists on a talos-rs node;
+//! - [`client_config`]: GenerateClientConfiguration, signed by secretsd through a resource;
 //! - [`audit`]: `talosrs.audit.AuditService` (ours): every daemon's observed sandbox;
 //! - [`proxy`]: forwarding to other nodes (`node`, `nodes` metadata), as upstream's director;
 //! - [`controller`]: the serving certificate and accepted CAs, from secretsd's resources;
@@ -13,6 +14,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod client_config;
 pub mod controller;
 pub mod machine;
 pub mod proxy;

@@ -1,5 +1,5 @@
 //! `machine.MachineService`, the part that exists on a talos-rs node: version, hostname,
-//! applying a configuration, services and their logs, reboot and shutdown. Process control goes to init's control
+//! applying a configuration, client configurations, services and their logs, reboot and shutdown. Process control goes to init's control
 //! socket (the one call that is not a resource, DESIGN.md §1); the rest is read from stated.
 //! While stated is down, Version and the service calls keep answering (init does not need
 //! stated); Hostname says stated is not answering.
@@ -15,7 +15,7 @@ use proto::init::{ApplyRequest, LogsRequest as InitLogs, PowerRequest, ServiceRe
 use proto::machine::machine_service_server::MachineService;
 use proto::machine::{
     ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, FeaturesInfo,
-    Hostname, HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
+    GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname, HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
     ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
     ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
     ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,
@@ -32,6 +32,7 @@ pub const TAG: &str = concat!("v", env!("CARGO_PKG_VERSION"));
 pub struct Machine {
     init: InitClient<Channel>,
     client: cosi::Client,
+    generator: std::sync::Arc<crate::client_config::Generator>,
 }
 
 impl Machine {
@@ -39,6 +40,7 @@ impl Machine {
     pub fn new(init: Channel, client: cosi::Client) -> Self {
         Self {
             init: InitClient::new(init),
+            generator: std::sync::Arc::new(crate::client_config::Generator::new(client.clone())),
             client,
         }
     }
@@ -168,6 +170,18 @@ impl MachineService for Machine {
                 mode: reply.mode,
                 mode_details: reply.mode_details,
             }],
+        }))
+    }
+
+    /// A talosconfig with a new client certificate (admin only, control planes only); the
+    /// certificate is signed by secretsd ([`crate::client_config`]).
+    async fn generate_client_configuration(
+        &self,
+        req: Request<GenerateClientConfigurationRequest>,
+    ) -> Result<Response<GenerateClientConfigurationResponse>, Status> {
+        let message = self.generator.generate(req.into_inner()).await?;
+        Ok(Response::new(GenerateClientConfigurationResponse {
+            messages: vec![message],
         }))
     }
 

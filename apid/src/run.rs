@@ -24,7 +24,7 @@ use crate::machine::Machine;
 use crate::proxy::{Peers, ProxyLayer};
 use crate::state::{Catalog, CatalogController, ReadOnlyState};
 
-/// The namespace apid writes: its dependency graph.
+/// The namespace apid writes: its dependency graph and its requests for client certificates.
 pub const NAMESPACE: &str = "apid";
 /// apid's port.
 pub const PORT: u16 = 50000;
@@ -96,6 +96,11 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
         () = first_answer(&client) => {}
         _ = &mut shutdown => return Ok(()),
     }
+    let definitions = machinery::resources::apid::definitions();
+    if let Err(e) = client.define_types_retrying(&definitions, "apid").await {
+        tracing::warn!(error = %e, "cannot define apid's resource types");
+    }
+    crate::client_config::forget_stale(&client).await;
     ready();
     tracing::info!("stated answered: apid is ready");
     let runtime =

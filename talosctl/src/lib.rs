@@ -15,7 +15,8 @@
 //!   through init's control socket ([`remote`]: the same through apid);
 //! - [`audit`]: the observed sandbox of every daemon and its exposure score;
 //! - [`cluster`]: local clusters of nodes in namespaces (`cluster create|show|destroy`);
-//! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info`);
+//! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info|endpoint|node|add|remove|merge`, and `config new`
+//!   through the Talos API);
 //! - [`gen`]: secrets bundles, machine configurations and talosconfigs (`gen secrets|config`);
 //! - [`version`]: the client's and each node's version, through apid ([`api`]: mutual TLS with
 //!   the talosconfig's credentials).
@@ -172,7 +173,7 @@ pub enum Command {
     #[command(subcommand)]
     Cluster(cluster::Command),
 
-    /// The talosconfig file: contexts.
+    /// Manage the client configuration file (talosconfig): contexts, endpoints, nodes, new certificates.
     #[command(subcommand)]
     Config(talosconfig::Command),
 
@@ -298,6 +299,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster(cmd) => {
             let path = talosconfig::path(cli.talosconfig.as_deref())?;
             cluster::run(cmd, &path, &mut out)
+        }
+        Command::Config(talosconfig::Command::New(args)) => {
+            let api = api(&cli)?;
+            let endpoints = if cli.endpoints.is_empty() {
+                let path = talosconfig::path(cli.talosconfig.as_deref())?;
+                let config = talosconfig::TalosConfig::load(&path)?;
+                config.context(cli.context.as_deref())?.1.endpoints.clone()
+            } else {
+                cli.endpoints.clone()
+            };
+            block_on(talosconfig::new(&api, args, endpoints, &mut out))
         }
         Command::Config(cmd) => {
             let path = talosconfig::path(cli.talosconfig.as_deref())?;

@@ -1,6 +1,6 @@
 //! The talosconfig file: contexts (endpoints, nodes, credentials) and the current one, as
-//! upstream's, plus `localCluster`: the state directory of a local cluster, through which
-//! talosctl reaches that cluster's nodes until apid exists.
+//! upstream's, plus `localCluster`: the state directory of a local cluster (`cluster show`,
+//! `destroy` and the development `--socket` route use it).
 //!
 //! Which file: `--talosconfig`, then `$TALOSCONFIG`, then `$TALOS_HOME/config`, then
 //! `~/.talos/config`. Fields talos-rs does not know are kept as they are when the file is
@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
@@ -152,18 +153,254 @@ impl TalosConfig {
 /// `talosctl config` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// List the contexts of the talosconfig; `*` marks the current one.
-    Contexts,
+    /// Set the endpoint(s) of the current context (`--context` another one).
+    #[command(visible_alias = "endpoints")]
+    Endpoint {
+        /// The endpoints (`host` or `host:port`).
+        #[arg(required = true)]
+        endpoints: Vec<String>,
+    },
+    /// Set the node(s) of the current context (`--context` another one); none clears them.
+    #[command(visible_alias = "nodes")]
+    Node {
+        /// The nodes.
+        nodes: Vec<String>,
+    },
     /// Make a context the current one.
+    #[command(visible_alias = "use-context")]
     Context {
         /// The context.
         name: String,
     },
-    /// Show the current context.
-    Info,
+    /// Add a new context (replacing one of the same name) from certificate files.
+    Add {
+        /// The context's name.
+        name: String,
+        /// The path to the CA certificate (PEM).
+        #[arg(long)]
+        ca: Option<PathBuf>,
+        /// The path to the client certificate (PEM).
+        #[arg(long)]
+        crt: Option<PathBuf>,
+        /// The path to the client key (PEM).
+        #[arg(long)]
+        key: Option<PathBuf>,
+    },
+    /// Remove the contexts matching a pattern (`*` matches anything); the current context is
+    /// never removed.
+    Remove {
+        /// The context name or pattern.
+        pattern: String,
+        /// Do not ask for confirmation.
+        #[arg(short = 'y', long)]
+        noconfirm: bool,
+        /// Say what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// List the contexts of the talosconfig; `*` marks the current one.
+    #[command(visible_alias = "get-contexts")]
+    Contexts,
+    /// Merge the contexts of another talosconfig into this one; a context whose name is
+    /// taken is renamed `name-1`, `name-2`…; the other file's current context becomes current.
+    Merge {
+        /// The talosconfig to merge from.
+        from: PathBuf,
+    },
+    /// Generate a new client configuration (a talosconfig with a new client certificate of the
+    /// node's OS CA) through the Talos API: admin only, on a control plane.
+    New(NewArgs),
+    /// Show the current context: nodes, endpoints, the certificate's roles and expiry.
+    Info {
+        /// Output format: text, json or yaml.
+        #[arg(short = 'o', long, default_value = "text")]
+        output: String,
+    },
 }
 
-/// Runs a `config` subcommand on the talosconfig at `path`.
+/// `talosctl config new`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NewArgs {
+    /// Where to write it (it must not exist).
+    #[arg(default_value = "talosconfig")]
+    pub path: PathBuf,
+    /// The roles of the certificate (comma-separated; talos-rs signs one).
+    #[arg(long, value_delimiter = ',', default_value = "os:admin")]
+    pub roles: Vec<String>,
+    /// The certificate's validity (e.g. 8760h, 30m).
+    #[arg(long, default_value = "87600h", value_parser = crate::apply::parse_duration)]
+    pub crt_ttl: std::time::Duration,
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any text (upstream's go-glob: no
+/// other wildcard). Hand-written: ten lines, and the `glob` crates' syntax (`?`, `[...]`) is
+/// not upstream's.
+fn glob(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first)
+        || !name.ends_with(last)
+        || name.len() < first.len() + last.len()
+    {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(i) => rest = &rest[i + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// go-humanize's `RelTime(then, now, "ago", "from now")`, as `config info` prints expiry.
+pub fn rel_time(then: SystemTime, now: SystemTime) -> String {
+    const S: u64 = 1;
+    const MIN: u64 = 60;
+    const H: u64 = 3600;
+    const DAY: u64 = 24 * H;
+    const WEEK: u64 = 7 * DAY;
+    const MONTH: u64 = 30 * DAY;
+    const YEAR: u64 = 12 * MONTH;
+    // (below this, format, divide by); a divisor of 0 prints no number.
+    const MAGNITUDES: &[(u64, &str, u64)] = &[
+        (S, "now", 0),
+        (2 * S, "1 second", 0),
+        (MIN, "seconds", S),
+        (2 * MIN, "1 minute", 0),
+        (H, "minutes", MIN),
+        (2 * H, "1 hour", 0),
+        (DAY, "hours", H),
+        (2 * DAY, "1 day", 0),
+        (WEEK, "days", DAY),
+        (2 * WEEK, "1 week", 0),
+        (MONTH, "weeks", WEEK),
+        (2 * MONTH, "1 month", 0),
+        (YEAR, "months", MONTH),
+        (18 * MONTH, "1 year", 0),
+        (2 * YEAR, "2 years", 0),
+        (37 * YEAR, "years", YEAR),
+        (u64::MAX, "a long while", 0),
+    ];
+    let (diff, label) = match then.duration_since(now) {
+        Ok(d) => (d.as_secs(), "from now"),
+        Err(e) => (e.duration().as_secs(), "ago"),
+    };
+    let (_, text, div) = MAGNITUDES
+        .iter()
+        .find(|(below, _, _)| diff < *below)
+        .copied()
+        .unwrap_or((0, "a long while", 0));
+    match (text, div) {
+        ("now", _) => "now".to_string(),
+        (t, 0) => format!("{t} {label}"),
+        (t, d) => format!("{} {t} {label}", diff / d),
+    }
+}
+
+/// What `config info` shows (upstream's field names in json and yaml).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Info {
+    context: String,
+    nodes: Vec<String>,
+    endpoints: Vec<String>,
+    roles: Vec<String>,
+    #[serde(rename = "certTTL")]
+    cert_ttl: String,
+    cert_not_after: String,
+}
+
+fn info(name: &str, c: &Context, now: SystemTime) -> anyhow::Result<Info> {
+    let mut out = Info {
+        context: name.to_string(),
+        nodes: c.nodes.clone(),
+        endpoints: c.endpoints.clone(),
+        roles: Vec::new(),
+        cert_ttl: String::new(),
+        cert_not_after: String::new(),
+    };
+    if !c.crt.trim().is_empty() {
+        use base64::Engine as _;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(c.crt.trim())
+            .with_context(|| format!("context {name:?}: crt is not base64"))?;
+        let crt = machinery::secrets::x509::Certificate::from_pem(&pem)
+            .and_then(|c| c.info())
+            .with_context(|| format!("context {name:?}: crt"))?;
+        let mut roles: Vec<String> = crt
+            .organizations
+            .into_iter()
+            .filter(|o| machinery::resources::apid::KNOWN_ROLES.contains(&o.as_str()))
+            .collect();
+        roles.sort();
+        roles.dedup();
+        out.roles = roles;
+        out.cert_ttl = rel_time(crt.not_after, now);
+        out.cert_not_after = crate::output::rfc3339(crt.not_after)
+            .chars()
+            .take(10)
+            .collect();
+    }
+    Ok(out)
+}
+
+fn read_b64(what: &str, path: &Path) -> anyhow::Result<String> {
+    use base64::Engine as _;
+    let bytes = std::fs::read(path).with_context(|| format!("error reading {what}"))?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// Asks on stderr, reads the answer from stdin: yes only for `y` or `yes`.
+fn confirm(prompt: &str) -> bool {
+    eprint!("{prompt} [y/N]: ");
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line).is_err() {
+        return false;
+    }
+    matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+impl TalosConfig {
+    /// Merges another talosconfig in as upstream's `Config.Merge`: a context whose name is
+    /// taken becomes `name-1`, `name-2`…; the other's current context becomes current. Returns
+    /// the renames.
+    pub fn merge_config(&mut self, other: TalosConfig) -> Vec<(String, String)> {
+        let mut renames = Vec::new();
+        let mut mapped = BTreeMap::new();
+        for (name, ctx) in other.contexts {
+            let mut chosen = name.clone();
+            let mut i = 0;
+            while self.contexts.contains_key(&chosen) {
+                i += 1;
+                chosen = format!("{name}-{i}");
+            }
+            if chosen != name {
+                renames.push((name.clone(), chosen.clone()));
+            }
+            mapped.insert(name, chosen.clone());
+            self.contexts.insert(chosen, ctx);
+        }
+        if let Some(current) = other.context.filter(|c| !c.is_empty()) {
+            self.context = mapped.get(&current).cloned();
+        }
+        renames
+    }
+
+    /// The context `name` (or the current one), to change.
+    fn context_mut(&mut self, name: Option<&str>) -> anyhow::Result<&mut Context> {
+        let name = self.context(name)?.0.to_string();
+        self.contexts
+            .get_mut(&name)
+            .context("the context vanished (a bug)")
+    }
+}
+
+/// Runs a `config` subcommand on the talosconfig at `path` (`config new` is [`new`]).
 pub fn run(
     cmd: &Command,
     path: &Path,
@@ -172,6 +409,85 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let mut config = TalosConfig::load(path)?;
     match cmd {
+        Command::Endpoint { endpoints } => {
+            config.context_mut(context)?.endpoints =
+                endpoints.iter().map(|e| e.trim().to_string()).collect();
+            config.save(path)?;
+        }
+        Command::Node { nodes } => {
+            config.context_mut(context)?.nodes =
+                nodes.iter().map(|e| e.trim().to_string()).collect();
+            config.save(path)?;
+        }
+        Command::Add { name, ca, crt, key } => {
+            let mut c = Context::default();
+            if let Some(ca) = ca {
+                c.ca = read_b64("CA", ca)?;
+            }
+            match (crt, key) {
+                (Some(crt), Some(key)) => {
+                    c.crt = read_b64("certificate", crt)?;
+                    c.key = read_b64("key", key)?;
+                }
+                (None, None) => {}
+                _ => anyhow::bail!(
+                    "if either the 'crt' or 'key' flag is specified, both are required"
+                ),
+            }
+            config.contexts.insert(name.clone(), c);
+            config.save(path)?;
+        }
+        Command::Remove {
+            pattern,
+            noconfirm,
+            dry_run,
+        } => {
+            if pattern.is_empty() {
+                anyhow::bail!("no context specified");
+            }
+            if config.contexts.is_empty() {
+                anyhow::bail!("no contexts defined");
+            }
+            let matches: Vec<String> = config
+                .contexts
+                .keys()
+                .filter(|n| glob(pattern, n))
+                .cloned()
+                .collect();
+            if matches.is_empty() {
+                anyhow::bail!("no contexts matched {pattern:?}");
+            }
+            let mut changed = false;
+            for m in matches {
+                if config.context.as_deref() == Some(m.as_str()) {
+                    eprintln!(
+                        "skipping removal of current context {m:?}, please change it to another before removing"
+                    );
+                    continue;
+                }
+                if *noconfirm {
+                    eprintln!("removing context {m:?}");
+                } else if !confirm(&format!("remove context {m:?}?")) {
+                    continue;
+                }
+                config.contexts.remove(&m);
+                changed = true;
+            }
+            if changed && !dry_run {
+                config.save(path)?;
+            }
+        }
+        Command::Merge { from } => {
+            if !from.exists() {
+                anyhow::bail!("error reading config: {} does not exist", from.display());
+            }
+            let other = TalosConfig::load(from)?;
+            for (a, b) in config.merge_config(other) {
+                eprintln!("renamed talosconfig context {a:?} -> {b:?}");
+            }
+            config.save(path)?;
+        }
+        Command::New(_) => anyhow::bail!("config new talks to a node (a bug: see new())"),
         Command::Contexts => {
             let mut rows = vec![vec![
                 "CURRENT".to_string(),
@@ -181,6 +497,11 @@ pub fn run(
                 "LOCAL CLUSTER".to_string(),
             ]];
             for (name, c) in &config.contexts {
+                let nodes = if c.nodes.len() > 3 {
+                    format!("{}...", c.nodes[..3].join(","))
+                } else {
+                    c.nodes.join(",")
+                };
                 rows.push(vec![
                     if config.context.as_deref() == Some(name) {
                         "*"
@@ -190,7 +511,7 @@ pub fn run(
                     .to_string(),
                     name.clone(),
                     c.endpoints.join(","),
-                    c.nodes.join(","),
+                    nodes,
                     c.local_cluster
                         .as_ref()
                         .map(|p| p.display().to_string())
@@ -201,22 +522,111 @@ pub fn run(
         }
         Command::Context { name } => {
             if !config.contexts.contains_key(name) {
-                anyhow::bail!("no context {name:?} in {}", path.display());
+                anyhow::bail!("context {name:?} is not defined in {}", path.display());
             }
             config.context = Some(name.clone());
             config.save(path)?;
             writeln!(out, "current context: {name}")?;
         }
-        Command::Info => {
+        Command::Info { output } => {
             let (name, c) = config.context(context)?;
-            writeln!(out, "Current context:     {name}")?;
-            writeln!(out, "Nodes:               {}", c.nodes.join(", "))?;
-            writeln!(out, "Endpoints:           {}", c.endpoints.join(", "))?;
-            if let Some(l) = &c.local_cluster {
-                writeln!(out, "Local cluster:       {}", l.display())?;
+            let i = info(name, c, SystemTime::now())?;
+            match output.as_str() {
+                "text" => {
+                    let list = |v: &[String]| {
+                        if v.is_empty() {
+                            "not defined".to_string()
+                        } else {
+                            v.join(", ")
+                        }
+                    };
+                    writeln!(out, "Current context:     {}", i.context)?;
+                    writeln!(out, "Nodes:               {}", list(&i.nodes))?;
+                    writeln!(out, "Endpoints:           {}", list(&i.endpoints))?;
+                    if !i.roles.is_empty() {
+                        writeln!(out, "Roles:               {}", i.roles.join(", "))?;
+                    }
+                    if !i.cert_ttl.is_empty() {
+                        writeln!(
+                            out,
+                            "Certificate expires: {} ({})",
+                            i.cert_ttl, i.cert_not_after
+                        )?;
+                    }
+                    if let Some(l) = &c.local_cluster {
+                        writeln!(out, "Local cluster:       {}", l.display())?;
+                    }
+                }
+                "json" => writeln!(out, "{}", serde_json::to_string_pretty(&i)?)?,
+                "yaml" => write!(out, "{}", serde_yaml_ng::to_string(&i)?)?,
+                other => anyhow::bail!("unknown output format: {other:?}"),
             }
         }
     }
+    Ok(())
+}
+
+/// `talosctl config new`: GenerateClientConfiguration on one node; the talosconfig it returns
+/// gets `endpoints` (those of the command line or the context, so that it is usable at once)
+/// and is written to a new file.
+pub async fn new(
+    api: &crate::api::Api,
+    args: &NewArgs,
+    endpoints: Vec<String>,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<()> {
+    use proto::machine::machine_service_client::MachineServiceClient;
+    if api.nodes.len() > 1 {
+        anyhow::bail!("command \"talosconfig\" is not supported with multiple nodes");
+    }
+    let unknown: Vec<&str> = args
+        .roles
+        .iter()
+        .map(|r| r.trim())
+        .filter(|r| !r.is_empty() && !machinery::resources::apid::KNOWN_ROLES.contains(r))
+        .collect();
+    if !unknown.is_empty() {
+        anyhow::bail!("unknown roles: {}", unknown.join(", "));
+    }
+    if args.path.exists() {
+        anyhow::bail!("talosconfig file already exists: {:?}", args.path.display().to_string());
+    }
+    let ttl = prost_types::Duration {
+        seconds: i64::try_from(args.crt_ttl.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(args.crt_ttl.subsec_nanos()).unwrap_or(0),
+    };
+    let reply = MachineServiceClient::new(api.channel()?)
+        .generate_client_configuration(api.for_nodes(
+            proto::machine::GenerateClientConfigurationRequest {
+                roles: args.roles.clone(),
+                crt_ttl: Some(ttl),
+            },
+        )?)
+        .await
+        .map_err(|s| crate::api::explain(api, &s))?
+        .into_inner();
+    let [message] = reply.messages.as_slice() else {
+        anyhow::bail!("expected 1 message, got {}", reply.messages.len());
+    };
+    if let Some(meta) = message.metadata.as_ref().filter(|m| !m.error.is_empty()) {
+        anyhow::bail!(
+            "{}",
+            crate::api::node_error(&meta.hostname, meta.status.as_ref(), &meta.error)
+        );
+    }
+    let text = std::str::from_utf8(&message.talosconfig)
+        .context("the node's talosconfig is not UTF-8")?;
+    let mut config: TalosConfig =
+        serde_yaml_ng::from_str(text).context("the node's talosconfig does not parse")?;
+    let name = config
+        .context
+        .clone()
+        .context("the node's talosconfig has no current context")?;
+    if let Some(c) = config.contexts.get_mut(&name) {
+        c.endpoints = endpoints;
+    }
+    config.save(&args.path)?;
+    writeln!(out, "wrote {} (context {name})", args.path.display())?;
     Ok(())
 }
 
@@ -241,6 +651,45 @@ mod tests {
         assert_eq!(c.context.as_deref(), Some("demo"));
         assert!(c.remove("demo"));
         assert_eq!(c.context.as_deref(), Some("demo-1"));
+    }
+
+    #[test]
+    fn merge_config_renames_as_upstream() {
+        let mut c = TalosConfig::default();
+        c.contexts.insert("a".into(), Context::default());
+        c.contexts.insert("a-1".into(), Context::default());
+        c.context = Some("a".into());
+        let mut other = TalosConfig::default();
+        other.contexts.insert("a".into(), Context::default());
+        other.contexts.insert("b".into(), Context::default());
+        other.context = Some("a".into());
+        let renames = c.merge_config(other);
+        assert_eq!(renames, vec![("a".to_string(), "a-2".to_string())]);
+        assert_eq!(c.context.as_deref(), Some("a-2"));
+        assert_eq!(c.contexts.len(), 4);
+    }
+
+    #[test]
+    fn glob_is_star_only() {
+        assert!(glob("demo*", "demo-1"));
+        assert!(glob("*-1", "demo-1"));
+        assert!(glob("d*m*1", "demo-1"));
+        assert!(glob("*", ""));
+        assert!(!glob("demo", "demo-1"));
+        assert!(!glob("d?mo", "demo"));
+        assert!(!glob("ab*ba", "aba"));
+    }
+
+    #[test]
+    fn rel_time_reads_as_go_humanize() {
+        let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+        let at = |s: u64| now + std::time::Duration::from_secs(s);
+        assert_eq!(rel_time(now, now), "now");
+        assert_eq!(rel_time(at(1), now), "1 second from now");
+        assert_eq!(rel_time(at(90), now), "1 minute from now");
+        assert_eq!(rel_time(at(3 * 3600), now), "3 hours from now");
+        assert_eq!(rel_time(at(87_600 * 3600), now), "10 years from now");
+        assert_eq!(rel_time(now - std::time::Duration::from_secs(3 * 86_400), now), "3 days ago");
     }
 
     #[test]

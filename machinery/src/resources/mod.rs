@@ -1,6 +1,7 @@
 //! Typed resources of every namespace, with their definitions. One module per namespace; type
 //! names, IDs and aliases follow Talos.
 
+pub mod apid;
 pub mod config;
 pub mod network;
 pub mod runtime;
@@ -17,5 +18,6 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     defs.extend(network::definitions());
     defs.extend(secrets::definitions());
     defs.extend(trustd::definitions());
+    defs.extend(apid::definitions());
     defs
 }

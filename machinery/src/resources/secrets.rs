@@ -373,6 +373,36 @@ impl ResourceSpec for EtcdCertsSpec {
     }
 }
 
+/// secretsd's answer to apid's `apid/ClientCertificateRequests` of the same ID
+/// (`ClientCertificates`, ours): the CSR it answers, and either the client certificate with the
+/// OS CA's certificate (upstream's `machine.ca.crt`) or why none was signed (a worker holds no
+/// CA key). Certificates are public, but the namespace is sensitive like all of `secrets`:
+/// apid reads this type only.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCertificateSpec {
+    /// The CSR answered, PEM.
+    pub csr: String,
+    /// The client certificate, PEM (empty on error).
+    #[serde(default)]
+    pub crt: String,
+    /// The OS CA's certificate, PEM.
+    #[serde(default)]
+    pub ca: String,
+    /// Why no certificate was signed.
+    #[serde(default)]
+    pub error: String,
+}
+
+impl ResourceSpec for ClientCertificateSpec {
+    const TYPE: &'static str = "ClientCertificates.secrets.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        definition(Self::TYPE)
+    }
+}
+
 /// Definitions of every type of the namespace.
 pub fn definitions() -> Vec<ResourceDefinition> {
     vec![
@@ -385,6 +415,7 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         ApiCsrSpec::definition(),
         TrustdCertsSpec::definition(),
         EtcdCertsSpec::definition(),
+        ClientCertificateSpec::definition(),
     ]
 }
 

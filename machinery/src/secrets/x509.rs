@@ -649,6 +649,10 @@ impl Certificate {
     }
 }
 
+/// The longest validity [`sign_csr`] and [`sign_client_csr`] sign for: 100 years (a time past
+/// year 9999 cannot be encoded).
+pub const MAX_LEAF_VALIDITY: Duration = Duration::from_secs(100 * 365 * 86_400);
+
 /// Largest CSR [`sign_csr`] reads (PEM bytes): a CSR with a few hundred SANs fits.
 pub const MAX_CSR: usize = 64 * 1024;
 
@@ -688,30 +692,83 @@ pub fn sign_csr(
     now: SystemTime,
     validity: Duration,
 ) -> Result<Certificate, SecretsError> {
+    sign_parsed(ca, csr_pem, now, validity, |p| {
+        let mut subject = DistinguishedName::new();
+        for (ty, value) in p.distinguished_name.iter() {
+            if *ty != DnType::OrganizationName {
+                subject.push(ty.clone(), value.clone());
+            }
+        }
+        p.distinguished_name = subject;
+        p.subject_alt_names
+            .retain(|s| matches!(s, rcgen::SanType::DnsName(_) | rcgen::SanType::IpAddress(_)));
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    })
+}
+
+/// Signs a Talos API client certificate for the key of a CSR (GenerateClientConfiguration,
+/// signed by secretsd for apid): the CSR's signature must verify, and only its public key is
+/// taken. The subject is `roles` as organizations and no common name, no SAN, key usage
+/// DigitalSignature, extended key usage ClientAuth (what [`crate::secrets::Bundle`]'s
+/// `client_certificate` issues), valid from `now` for `validity`.
+pub fn sign_client_csr(
+    ca: (&Certificate, &PrivateKey),
+    csr_pem: &[u8],
+    roles: &[String],
+    now: SystemTime,
+    validity: Duration,
+) -> Result<Certificate, SecretsError> {
+    if roles.len() > 1 {
+        // As `client_certificate`: rcgen keeps one value per attribute type (rustls/rcgen#81).
+        return Err(SecretsError::Unsupported(format!(
+            "a client certificate carries one role in talos-rs so far, not {}: {}",
+            roles.len(),
+            roles.join(", ")
+        )));
+    }
+    sign_parsed(ca, csr_pem, now, validity, |p| {
+        p.distinguished_name = distinguished_name(&Subject {
+            organizations: roles.to_vec(),
+            common_name: None,
+        });
+        p.subject_alt_names.clear();
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    })
+}
+
+/// Parses and verifies a CSR, lets `shape` say what the certificate holds, and signs it: never
+/// a CA, a fresh serial, valid from `now` for `validity`.
+fn sign_parsed(
+    ca: (&Certificate, &PrivateKey),
+    csr_pem: &[u8],
+    now: SystemTime,
+    validity: Duration,
+    shape: impl FnOnce(&mut CertificateParams),
+) -> Result<Certificate, SecretsError> {
     if csr_pem.len() > MAX_CSR {
         return Err(SecretsError::Csr(format!(
             "the CSR is larger than {MAX_CSR} bytes"
         )));
     }
+    if validity > MAX_LEAF_VALIDITY {
+        return Err(SecretsError::Csr(format!(
+            "a validity of {} s is longer than {} years",
+            validity.as_secs(),
+            MAX_LEAF_VALIDITY.as_secs() / (365 * 86_400)
+        )));
+    }
+    let not_after = now + validity;
     let text = std::str::from_utf8(csr_pem)
         .map_err(|_| SecretsError::Csr("the CSR is not PEM text".into()))?;
     let mut csr = rcgen::CertificateSigningRequestParams::from_pem(text)
         .map_err(|e| SecretsError::Csr(e.to_string()))?;
     let p = &mut csr.params;
-    let mut subject = DistinguishedName::new();
-    for (ty, value) in p.distinguished_name.iter() {
-        if *ty != DnType::OrganizationName {
-            subject.push(ty.clone(), value.clone());
-        }
-    }
-    p.distinguished_name = subject;
-    p.subject_alt_names
-        .retain(|s| matches!(s, rcgen::SanType::DnsName(_) | rcgen::SanType::IpAddress(_)));
+    shape(p);
     p.is_ca = IsCa::ExplicitNoCa;
-    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     p.not_before = time::OffsetDateTime::from(now);
-    p.not_after = time::OffsetDateTime::from(now + validity);
+    p.not_after = time::OffsetDateTime::from(not_after);
     p.serial_number = Some(serial()?);
     p.use_authority_key_identifier_extension = true;
     let ca_der = rustls_pki_types::CertificateDer::from(ca.0.der());

@@ -1,9 +1,10 @@
 //! secretsd's controllers: root secrets from the machine configuration ([`root`]), the API
 //! certificate's SANs ([`cert_sans`]), the leaf certificates ([`leaf`]) and apid's, which a
-//! worker gets through trustd ([`api`]).
+//! worker gets through trustd ([`api`]), and apid's client certificates ([`client`]).
 
 pub mod api;
 pub mod cert_sans;
+pub mod client;
 pub mod leaf;
 pub mod root;
 pub mod source;
@@ -44,5 +45,6 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
     r.register(api::ApiController::new(options))?;
     r.register(leaf::TrustdController::new(options))?;
     r.register(leaf::EtcdController::new(options))?;
+    r.register(client::ClientCertificateController)?;
     Ok(r)
 }

@@ -1,0 +1,316 @@
+//! `GenerateClientConfiguration`: a talosconfig with a new client certificate of the OS CA.
+//!
+//! Upstream's machined signs it with the CA key of the configuration it holds. apid never
+//! holds a CA key (DESIGN.md §4): it makes the client's key itself, writes a CSR and the roles
+//! into its own namespace (`apid/ClientCertificateRequests`, a random ID), and secretsd, the
+//! only daemon with the OS CA key, answers under that ID in `secrets/ClientCertificates`. The
+//! key goes from apid to the caller and nowhere else. apid destroys its request when the call
+//! ends (answered, refused, timed out or cancelled), and every request of a previous apid at
+//! start ([`forget_stale`]).
+
+use std::time::Duration;
+
+use cosi::{Resource, ResourceSpec};
+use machinery::config::Config;
+use machinery::resources::apid::{
+    ClientCertificateRequestSpec, KNOWN_ROLES, MAX_CLIENT_CERTIFICATE_REQUESTS, NAMESPACE,
+};
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
+use machinery::resources::secrets::{ClientCertificateSpec, NAMESPACE as SECRETS};
+use machinery::secrets::x509::{self, KeyAlgorithm, LeafRequest, MAX_LEAF_VALIDITY};
+use proto::machine::{GenerateClientConfiguration, GenerateClientConfigurationRequest};
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tonic::Status;
+
+/// The owner apid writes its requests as.
+const OWNER: &str = "apid.GenerateClientConfiguration";
+/// How long secretsd may take to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Upstream's refusals, word for word.
+const MAINTENANCE: &str =
+    "client configuration (talosconfig) can't be generated in the maintenance mode";
+const WORKER: &str = "client configuration (talosconfig) can't be generated on worker nodes";
+
+/// The generator: stated and a bound on calls in flight.
+#[derive(Debug)]
+pub struct Generator {
+    client: cosi::Client,
+    in_flight: Semaphore,
+}
+
+/// A talosconfig as upstream's `clientconfig.NewConfig` writes it: one context, the CA, the
+/// certificate and the key (base64 PEM), `endpoints: []`.
+#[derive(Serialize)]
+struct TalosConfig<'a> {
+    context: &'a str,
+    contexts: std::collections::BTreeMap<&'a str, TalosContext>,
+}
+
+#[derive(Serialize)]
+struct TalosContext {
+    endpoints: Vec<String>,
+    ca: String,
+    crt: String,
+    key: String,
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The validity asked for, whole seconds (rounded up), or upstream's refusal.
+fn ttl(d: Option<prost_types::Duration>) -> Result<u64, Status> {
+    let positive = |d: &prost_types::Duration| d.seconds > 0 || (d.seconds == 0 && d.nanos > 0);
+    let Some(d) = d.filter(|d| positive(d) && d.nanos >= 0) else {
+        return Err(Status::invalid_argument("crt_ttl should be positive"));
+    };
+    let secs = u64::try_from(d.seconds).unwrap_or(0) + u64::from(d.nanos > 0);
+    if secs > MAX_LEAF_VALIDITY.as_secs() {
+        return Err(Status::invalid_argument(format!(
+            "crt_ttl should be at most {} years",
+            MAX_LEAF_VALIDITY.as_secs() / (365 * 86_400)
+        )));
+    }
+    Ok(secs)
+}
+
+/// The roles as upstream's `role.Parse` keeps them: trimmed, known, sorted, once each.
+fn roles(asked: &[String]) -> Vec<String> {
+    let mut roles: Vec<String> = asked
+        .iter()
+        .map(|r| r.trim())
+        .filter(|r| KNOWN_ROLES.contains(r))
+        .map(str::to_string)
+        .collect();
+    roles.sort();
+    roles.dedup();
+    roles
+}
+
+/// Upstream's context name: `<role without os:>@<cluster>` for one role, else the cluster's.
+fn context_name(cluster: &str, roles: &[String]) -> String {
+    match roles {
+        [one] => format!("{}@{cluster}", one.strip_prefix("os:").unwrap_or(one)),
+        _ => cluster.to_string(),
+    }
+}
+
+fn unavailable(e: &cosi::StateError) -> Status {
+    Status::unavailable(format!("stated is not answering apid: {e}"))
+}
+
+impl Generator {
+    /// A generator over stated.
+    pub fn new(client: cosi::Client) -> Self {
+        Self {
+            client,
+            in_flight: Semaphore::new(MAX_CLIENT_CERTIFICATE_REQUESTS),
+        }
+    }
+
+    /// Answers one call.
+    pub async fn generate(
+        &self,
+        req: GenerateClientConfigurationRequest,
+    ) -> Result<GenerateClientConfiguration, Status> {
+        let config = match self
+            .client
+            .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
+            .await
+        {
+            Ok(c) => c.spec.0,
+            Err(e) if e.is_not_found() => return Err(Status::unimplemented(MAINTENANCE)),
+            Err(e) => return Err(unavailable(&e)),
+        };
+        let config = Config::from_yaml(&config)
+            .map_err(|e| Status::internal(format!("the node's configuration: {e}")))?;
+        if !config.machine_type().is_some_and(|t| t.is_control_plane()) {
+            return Err(Status::failed_precondition(WORKER));
+        }
+        let cluster = config
+            .cluster()
+            .and_then(|c| c.cluster_name.clone())
+            .unwrap_or_default();
+        let ttl_seconds = ttl(req.crt_ttl)?;
+        let roles = roles(&req.roles);
+        if roles.len() > 1 {
+            return Err(Status::unimplemented(format!(
+                "a client certificate carries one role in talos-rs so far, not {}: {}",
+                roles.len(),
+                roles.join(", ")
+            )));
+        }
+        let _permit = self.in_flight.try_acquire().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{MAX_CLIENT_CERTIFICATE_REQUESTS} client configurations are being generated: try again"
+            ))
+        })?;
+        // Upstream makes the key of the CA's type; any key type works with any CA in TLS 1.3,
+        // and Ed25519 keys are made at once where an RSA one takes seconds.
+        let (csr, key) = LeafRequest::default()
+            .csr(KeyAlgorithm::Ed25519)
+            .map_err(|e| Status::internal(format!("cannot make a key: {e}")))?;
+        let key = key
+            .to_pem()
+            .map_err(|e| Status::internal(format!("cannot encode the key: {e}")))?;
+        let id = x509::random(16)
+            .map_err(|e| Status::internal(e.to_string()))?
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>();
+        let request = Resource::<ClientCertificateRequestSpec>::new(
+            NAMESPACE,
+            id.clone(),
+            ClientCertificateRequestSpec {
+                csr: csr.clone(),
+                roles: roles.clone(),
+                ttl_seconds,
+            },
+        );
+        let raw = request
+            .to_raw()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        self.client
+            .create(&raw, OWNER)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        // Destroyed however the call ends, a cancelled one (the client went away) included.
+        let _cleanup = Cleanup {
+            client: self.client.clone(),
+            id: id.clone(),
+        };
+        let answer = tokio::time::timeout(ANSWER_TIMEOUT, self.answer(&id, &csr))
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "secretsd did not sign the client certificate within {} s",
+                    ANSWER_TIMEOUT.as_secs()
+                ))
+            })??;
+        if !answer.error.is_empty() {
+            return Err(Status::failed_precondition(answer.error));
+        }
+        let name = context_name(&cluster, &roles);
+        let mut contexts = std::collections::BTreeMap::new();
+        contexts.insert(
+            name.as_str(),
+            TalosContext {
+                endpoints: Vec::new(),
+                ca: b64(answer.ca.as_bytes()),
+                crt: b64(answer.crt.as_bytes()),
+                key: b64(key.as_bytes()),
+            },
+        );
+        let talosconfig = serde_yaml_ng::to_string(&TalosConfig {
+            context: &name,
+            contexts,
+        })
+        .map_err(|e| Status::internal(e.to_string()))?;
+        tracing::info!(roles = ?roles, ttl_seconds, context = %name, "client configuration generated");
+        Ok(GenerateClientConfiguration {
+            metadata: None,
+            ca: answer.ca.into_bytes(),
+            crt: answer.crt.into_bytes(),
+            key: key.into_bytes(),
+            talosconfig: talosconfig.into_bytes(),
+        })
+    }
+
+    /// secretsd's answer for the CSR of request `id`.
+    async fn answer(&self, id: &str, csr: &str) -> Result<ClientCertificateSpec, Status> {
+        let mut wait = Duration::from_millis(10);
+        loop {
+            match self
+                .client
+                .get_typed::<ClientCertificateSpec>(SECRETS, id)
+                .await
+            {
+                Ok(a) if a.spec.csr == csr => return Ok(a.spec),
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(unavailable(&e)),
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Destroys a request when dropped.
+struct Cleanup {
+    client: cosi::Client,
+    id: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let client = self.client.clone();
+        let id = std::mem::take(&mut self.id);
+        tokio::spawn(async move {
+            if let Err(e) = client
+                .destroy(NAMESPACE, ClientCertificateRequestSpec::TYPE, &id, OWNER)
+                .await
+            {
+                if !e.is_not_found() {
+                    tracing::warn!(request = %id, error = %e, "cannot remove a client certificate request");
+                }
+            }
+        });
+    }
+}
+
+/// Destroys the requests a previous apid left (it was killed mid-call).
+pub async fn forget_stale(client: &cosi::Client) {
+    let stale = match client
+        .list(
+            NAMESPACE,
+            ClientCertificateRequestSpec::TYPE,
+            &cosi::Query::default(),
+        )
+        .await
+    {
+        Ok(list) => list,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list client certificate requests");
+            return;
+        }
+    };
+    for r in stale {
+        let m = &r.metadata;
+        if let Err(e) = client.destroy(&m.namespace, &m.r#type, &m.id, &m.owner).await {
+            tracing::warn!(request = %m.id, error = %e, "cannot remove a stale client certificate request");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_and_context_names_follow_upstream() {
+        let asked = vec![" os:reader".to_string(), "bogus".into(), "os:reader".into()];
+        let r = roles(&asked);
+        assert_eq!(r, vec!["os:reader".to_string()]);
+        assert_eq!(context_name("demo", &r), "reader@demo");
+        assert_eq!(context_name("demo", &[]), "demo");
+    }
+
+    #[test]
+    fn ttl_must_be_positive_and_encodable() {
+        let d = |seconds, nanos| Some(prost_types::Duration { seconds, nanos });
+        assert_eq!(ttl(d(3600, 0)).unwrap(), 3600);
+        assert_eq!(ttl(d(0, 1)).unwrap(), 1);
+        for bad in [None, d(0, 0), d(-1, 0), d(1, -5)] {
+            let e = ttl(bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        }
+        assert!(ttl(d(i64::MAX, 0))
+            .unwrap_err()
+            .message()
+            .contains("at most 100 years"));
+    }
+}

@@ -1,0 +1,53 @@
+//! apid's namespace (ours): what apid asks of other daemons. Today one thing: a client
+//! certificate for `GenerateClientConfiguration` (`ClientCertificateRequests`), which secretsd,
+//! the only daemon holding the OS CA key, answers in `secrets/ClientCertificates` under the same
+//! ID. apid makes the key and keeps it; only the CSR and the roles cross stated.
+
+use cosi::{ResourceDefinition, ResourceSpec};
+use serde::{Deserialize, Serialize};
+
+/// apid's namespace.
+pub const NAMESPACE: &str = "apid";
+
+/// The Talos API roles upstream knows (`role.All`): what a client certificate may carry.
+pub const KNOWN_ROLES: &[&str] = &[
+    "os:admin",
+    "os:operator",
+    "os:reader",
+    "os:etcd:backup",
+    "os:image:verifier",
+    "os:meta:writer",
+    "os:impersonator",
+];
+
+/// Requests apid may have open at once (secretsd answers no more than these).
+pub const MAX_CLIENT_CERTIFICATE_REQUESTS: usize = 8;
+
+/// A request for a Talos API client certificate (`ClientCertificateRequests`, a random ID per
+/// call), written by apid for an admin's `GenerateClientConfiguration` and destroyed once
+/// answered. A CSR and roles are not secret: the type is not sensitive.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCertificateRequestSpec {
+    /// The CSR for apid's new key, PEM (only its public key is used).
+    pub csr: String,
+    /// The roles the certificate carries (its Organization).
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Its validity, in seconds.
+    pub ttl_seconds: u64,
+}
+
+impl ResourceSpec for ClientCertificateRequestSpec {
+    const TYPE: &'static str = "ClientCertificateRequests.apid.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[("Roles", "{.roles}")])
+    }
+}
+
+/// Definitions of every type of the namespace.
+pub fn definitions() -> Vec<ResourceDefinition> {
+    vec![ClientCertificateRequestSpec::definition()]
+}
