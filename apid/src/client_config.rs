@@ -280,7 +280,10 @@ pub async fn forget_stale(client: &cosi::Client) {
     };
     for r in stale {
         let m = &r.metadata;
-        if let Err(e) = client.destroy(&m.namespace, &m.r#type, &m.id, &m.owner).await {
+        if let Err(e) = client
+            .destroy(&m.namespace, &m.r#type, &m.id, &m.owner)
+            .await
+        {
             tracing::warn!(request = %m.id, error = %e, "cannot remove a stale client certificate request");
         }
     }

@@ -15,7 +15,8 @@ use proto::init::{ApplyRequest, LogsRequest as InitLogs, PowerRequest, ServiceRe
 use proto::machine::machine_service_server::MachineService;
 use proto::machine::{
     ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, FeaturesInfo,
-    GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname, HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
+    GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname,
+    HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
     ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
     ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
     ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,

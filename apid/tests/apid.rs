@@ -591,3 +591,106 @@ async fn a_control_plane_forwards_to_one_node_or_fans_out_to_many_with_the_calle
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
 }
+
+fn gen_request(roles: &[&str], seconds: i64) -> proto::machine::GenerateClientConfigurationRequest {
+    proto::machine::GenerateClientConfigurationRequest {
+        roles: roles.iter().map(|r| r.to_string()).collect(),
+        crt_ttl: Some(prost_types::Duration { seconds, nanos: 0 }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_generates_a_client_configuration_signed_by_secretsd_and_nothing_stays() {
+    let n = node().await;
+    // Admin only.
+    for role in ["os:reader", "os:operator"] {
+        let e = MachineServiceClient::new(n.as_role(role))
+            .generate_client_configuration(gen_request(&["os:admin"], 3600))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{role}: {e:?}");
+    }
+    let mut admin = MachineServiceClient::new(n.as_role("os:admin"));
+    // Upstream's refusals of the request itself; ours for more than one role.
+    let e = admin
+        .generate_client_configuration(gen_request(&["os:reader"], 0))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert_eq!(e.message(), "crt_ttl should be positive");
+    let e = admin
+        .generate_client_configuration(gen_request(&["os:reader", "os:admin"], 60))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
+
+    // Unknown roles are dropped, as upstream's role.Parse does.
+    let reply = admin
+        .generate_client_configuration(gen_request(&["os:reader", "os:root"], 3600))
+        .await
+        .unwrap()
+        .into_inner();
+    let m = &reply.messages[0];
+    let ca = x509::Certificate::from_pem(&m.ca).unwrap();
+    assert_eq!(ca.der(), n.os_ca().der(), "ca is the OS CA");
+    let crt = x509::Certificate::from_pem(&m.crt).unwrap();
+    assert!(crt.is_signed_by(&n.os_ca()));
+    let key = x509::PrivateKey::from_pem(&m.key).unwrap();
+    assert!(crt.matches_key(&key));
+    let info = crt.info().unwrap();
+    assert_eq!(info.organizations, vec!["os:reader".to_string()]);
+    assert!(info.client_auth && !info.server_auth && !info.is_ca);
+    let lifetime = info.not_after.duration_since(info.not_before).unwrap();
+    assert_eq!(lifetime, Duration::from_secs(3600));
+    let talosconfig = String::from_utf8(m.talosconfig.clone()).unwrap();
+    assert!(
+        talosconfig
+            .starts_with("context: reader@demo\ncontexts:\n  reader@demo:\n    endpoints: []\n"),
+        "{talosconfig}"
+    );
+
+    // The new certificate is a working reader's.
+    let id = (
+        String::from_utf8(m.crt.clone()).unwrap(),
+        String::from_utf8(m.key.clone()).unwrap(),
+    );
+    let mut reader = MachineServiceClient::new(n.channel(Some(id)));
+    reader.version(()).await.unwrap();
+    let e = reader
+        .shutdown(proto::machine::ShutdownRequest { force: false })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+
+    // The request and its answer are gone once the call is over.
+    let client = &n._harness.client;
+    let end = Instant::now() + T;
+    loop {
+        let requests = client
+            .list(
+                "apid",
+                "ClientCertificateRequests.apid.talos.dev",
+                &cosi::Query::default(),
+            )
+            .await
+            .unwrap();
+        let answers = client
+            .list(
+                "secrets",
+                "ClientCertificates.secrets.talos.dev",
+                &cosi::Query::default(),
+            )
+            .await
+            .unwrap();
+        if requests.is_empty() && answers.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "left behind: {} requests, {} answers",
+            requests.len(),
+            answers.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -5,7 +5,9 @@
 use cosi::{Resource, ResourceSpec};
 use machinery::config::generate::{generate, Input};
 use machinery::config::MachineType;
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS};
+use machinery::resources::config::{
+    MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS, REDACTED_NAMESPACE,
+};
 use machinery::resources::network::{
     filtered_node_address_id, HostnameStatusSpec, NodeAddressSpec, StatusSpec, FILTER_NO_K8S,
     HOSTNAME_ID, NAMESPACE as NETWORK_NS, NODE_ADDRESS_ACCUMULATIVE_ID, STATUS_ID,
@@ -129,6 +131,18 @@ pub async fn node(client: &cosi::Client, bundle: &Bundle, n: &Node<'_>) -> onesh
     }
     let yaml = config.to_yaml().unwrap_or_else(|e| panic!("yaml: {e}"));
     put(client, CONFIG_NS, ACTIVE_ID, MachineConfigSpec(yaml)).await;
+    // What init's RedactController keeps for the daemons that hold no key (apid).
+    let redacted = config
+        .redacted()
+        .to_yaml()
+        .unwrap_or_else(|e| panic!("yaml: {e}"));
+    put(
+        client,
+        REDACTED_NAMESPACE,
+        ACTIVE_ID,
+        MachineConfigSpec(redacted),
+    )
+    .await;
     put(
         client,
         NETWORK_NS,

@@ -241,10 +241,7 @@ fn glob(pattern: &str, name: &str) -> bool {
         return pattern == name;
     }
     let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first)
-        || !name.ends_with(last)
-        || name.len() < first.len() + last.len()
-    {
+    if !name.starts_with(first) || !name.ends_with(last) || name.len() < first.len() + last.len() {
         return false;
     }
     let mut rest = &name[first.len()..name.len() - last.len()];
@@ -589,7 +586,10 @@ pub async fn new(
         anyhow::bail!("unknown roles: {}", unknown.join(", "));
     }
     if args.path.exists() {
-        anyhow::bail!("talosconfig file already exists: {:?}", args.path.display().to_string());
+        anyhow::bail!(
+            "talosconfig file already exists: {:?}",
+            args.path.display().to_string()
+        );
     }
     let ttl = prost_types::Duration {
         seconds: i64::try_from(args.crt_ttl.as_secs()).unwrap_or(i64::MAX),
@@ -614,8 +614,8 @@ pub async fn new(
             crate::api::node_error(&meta.hostname, meta.status.as_ref(), &meta.error)
         );
     }
-    let text = std::str::from_utf8(&message.talosconfig)
-        .context("the node's talosconfig is not UTF-8")?;
+    let text =
+        std::str::from_utf8(&message.talosconfig).context("the node's talosconfig is not UTF-8")?;
     let mut config: TalosConfig =
         serde_yaml_ng::from_str(text).context("the node's talosconfig does not parse")?;
     let name = config
@@ -689,7 +689,10 @@ mod tests {
         assert_eq!(rel_time(at(90), now), "1 minute from now");
         assert_eq!(rel_time(at(3 * 3600), now), "3 hours from now");
         assert_eq!(rel_time(at(87_600 * 3600), now), "10 years from now");
-        assert_eq!(rel_time(now - std::time::Duration::from_secs(3 * 86_400), now), "3 days ago");
+        assert_eq!(
+            rel_time(now - std::time::Duration::from_secs(3 * 86_400), now),
+            "3 days ago"
+        );
     }
 
     #[test]

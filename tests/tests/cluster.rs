@@ -626,6 +626,64 @@ fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client
         text(&out)
     );
 
+    // A reader's talosconfig from the control plane (GenerateClientConfiguration: apid makes
+    // the key, secretsd signs it with the OS CA through a resource), usable at once with the
+    // same endpoint: it reads, it may not reboot.
+    let reader_config = dir.join("reader-talosconfig");
+    let reader_path = reader_config.to_string_lossy().to_string();
+    let out = cluster.talosctl(&[
+        "config",
+        "new",
+        &reader_path,
+        "--roles",
+        "os:reader",
+        "--crt-ttl",
+        "2h",
+    ]);
+    assert!(out.status.success(), "config new: {}", text(&out));
+    let as_reader = |args: &[&str]| {
+        cluster
+            .command()
+            .env("TALOSCONFIG", &reader_config)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = as_reader(&["config", "info"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        printed.contains("Current context:     reader@")
+            && printed.contains(&format!("Endpoints:           {api}"))
+            && printed.contains("Roles:               os:reader")
+            && printed.contains("Certificate expires: 1 hour from now"),
+        "{printed}"
+    );
+    let out = as_reader(&["version", "--short"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = as_reader(&["reboot"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("permission denied"), "{}", text(&out));
+    // A reader may not make one; an existing file is not overwritten; a worker holds no CA
+    // key (upstream's refusal).
+    let out = as_reader(&["config", "new", &format!("{reader_path}-2")]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let out = cluster.talosctl(&["config", "new", &reader_path]);
+    assert!(
+        text(&out).contains("talosconfig file already exists"),
+        "{}",
+        text(&out)
+    );
+    let worker_path = dir.join("worker-talosconfig").to_string_lossy().to_string();
+    let out = cluster.talosctl(&["-n", &w.name, "config", "new", &worker_path]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("can't be generated on worker nodes"),
+        "{}",
+        text(&out)
+    );
+    assert!(!std::path::Path::new(&worker_path).exists());
+
     // A connection that never says anything is closed (apid's handshake timeout), and the
     // relay lets it go: no local user can hold the published port's slots forever.
     {

@@ -19,7 +19,8 @@ use std::time::{Duration, SystemTime};
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::Resource;
 use machinery::resources::apid::{
-    ClientCertificateRequestSpec, KNOWN_ROLES, MAX_CLIENT_CERTIFICATE_REQUESTS, NAMESPACE as APID_NS,
+    ClientCertificateRequestSpec, KNOWN_ROLES, MAX_CLIENT_CERTIFICATE_REQUESTS,
+    NAMESPACE as APID_NS,
 };
 use machinery::resources::secrets::{ClientCertificateSpec, OsRootSpec, NAMESPACE, OS_ROOT_ID};
 use machinery::secrets::x509::{self, Certificate, PrivateKey};
@@ -74,8 +75,7 @@ fn sign(
         return Err("crt_ttl should be positive".into());
     }
     let crt = Certificate::from_pem(ca.crt.as_bytes()).map_err(|e| format!("the OS CA: {e}"))?;
-    let key =
-        PrivateKey::from_pem(ca.key.as_bytes()).map_err(|e| format!("the OS CA key: {e}"))?;
+    let key = PrivateKey::from_pem(ca.key.as_bytes()).map_err(|e| format!("the OS CA key: {e}"))?;
     let signed = x509::sign_client_csr(
         (&crt, &key),
         request.csr.as_bytes(),
@@ -218,7 +218,8 @@ mod tests {
             .error
             .contains("longer than 100 years"));
         let mut garbage = request(&["os:admin"]);
-        garbage.csr = "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n".into();
+        garbage.csr =
+            "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n".into();
         assert!(!answer(Some(&root), &garbage, now).error.is_empty());
     }
 }
