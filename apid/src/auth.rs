@@ -116,6 +116,7 @@ const E: &str = ETCD_BACKUP;
 /// Upstream's rules for the methods apid serves (api-pki.md §1.2): the roles any one of which
 /// allows the call. Anything else is [`ADMIN`] only.
 const RULES: &[(&str, &[&str])] = &[
+    ("/machine.MachineService/Dmesg", &[A, O, R]),
     ("/machine.MachineService/Hostname", &[A, O, R]),
     ("/machine.MachineService/Logs", &[A, O, R]),
     ("/machine.MachineService/Reboot", &[A, O]),
@@ -175,6 +176,14 @@ fn maintenance_roles(method: &str) -> Result<Roles, Status> {
     let reader = Roles::parse([READER]);
     if method == MAINTENANCE_APPLY {
         return Ok(reader);
+    }
+    // Not to anyone on the network: the kernel log says much about the machine (upstream's
+    // maintenance service has no Dmesg either).
+    let not_anonymous = ["/machine.MachineService/Dmesg"];
+    if not_anonymous.contains(&method) {
+        return Err(Status::permission_denied(format!(
+            "{method} is not available in maintenance mode (the node has no configuration yet)"
+        )));
     }
     authorize(method, &reader).map(|()| reader).map_err(|_| {
         Status::permission_denied(format!(
@@ -288,6 +297,17 @@ mod tests {
         assert!(r.has("os:future"));
         assert_eq!(r.iter().count(), 2);
         assert_eq!(Roles::parse([""]).to_string(), "no role");
+    }
+
+    #[test]
+    fn anonymous_maintenance_callers_get_no_kernel_log() {
+        assert!(maintenance_roles("/machine.MachineService/Version").is_ok());
+        assert!(maintenance_roles(MAINTENANCE_APPLY).is_ok());
+        let e = maintenance_roles("/machine.MachineService/Dmesg").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(maintenance_roles("/machine.MachineService/Reboot").is_err());
+        // A reader with a certificate may read it.
+        assert!(authorize("/machine.MachineService/Dmesg", &Roles::parse([READER])).is_ok());
     }
 
     #[test]

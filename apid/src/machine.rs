@@ -1,5 +1,6 @@
 //! `machine.MachineService`, the part that exists on a talos-rs node: version, hostname,
-//! applying a configuration, client configurations, services and their logs, reboot and shutdown. Process control goes to init's control
+//! applying a configuration, client configurations, services and their logs, the kernel log,
+//! reboot and shutdown. Process control goes to init's control
 //! socket (the one call that is not a resource, DESIGN.md §1); the rest is read from stated.
 //! While stated is down, Version and the service calls keep answering (init does not need
 //! stated); Hostname says stated is not answering.
@@ -11,12 +12,14 @@ use machinery::resources::network::{HostnameStatusSpec, HOSTNAME_ID, NAMESPACE a
 use machinery::resources::runtime::{MachineStatusSpec, MACHINE_STATUS_ID, NAMESPACE as RUNTIME};
 use proto::common::Data;
 use proto::init::init_client::InitClient;
-use proto::init::{ApplyRequest, LogsRequest as InitLogs, PowerRequest, ServiceRequest};
+use proto::init::{
+    ApplyRequest, DmesgRequest as InitDmesg, LogsRequest as InitLogs, PowerRequest, ServiceRequest,
+};
 use proto::machine::machine_service_server::MachineService;
 use proto::machine::{
-    ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, FeaturesInfo,
-    GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname,
-    HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
+    ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, DmesgRequest,
+    FeaturesInfo, GenerateClientConfigurationRequest, GenerateClientConfigurationResponse,
+    Hostname, HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
     ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
     ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
     ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,
@@ -312,6 +315,48 @@ impl MachineService for Machine {
                 }
             })
             .map_err(from_init)
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    type DmesgStream = Streamed<Data>;
+
+    /// The node's kernel log, read by init (root): one `Data` per record as upstream's; a
+    /// record that could not be read is a `Data` with `metadata.error`, as upstream's.
+    async fn dmesg(
+        &self,
+        req: Request<DmesgRequest>,
+    ) -> Result<Response<Self::DmesgStream>, Status> {
+        let r = req.into_inner();
+        let stream = self
+            .init
+            .clone()
+            .dmesg(InitDmesg {
+                follow: r.follow,
+                tail: r.tail,
+            })
+            .await
+            .map_err(from_init)?
+            .into_inner();
+        let stream = stream.map(|record| {
+            record
+                .map(|r| {
+                    if r.error.is_empty() {
+                        Data {
+                            metadata: None,
+                            bytes: r.line,
+                        }
+                    } else {
+                        Data {
+                            metadata: Some(proto::common::Metadata {
+                                error: r.error,
+                                ..Default::default()
+                            }),
+                            bytes: Vec::new(),
+                        }
+                    }
+                })
+                .map_err(from_init)
         });
         Ok(Response::new(Box::pin(stream)))
     }

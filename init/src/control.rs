@@ -1,5 +1,5 @@
 //! The control socket (`/run/init/init.sock`): list, start, stop and restart daemons and
-//! services, tail and follow their output, shut down or reboot the node, apply a machine
+//! services, tail and follow their output and the kernel log, shut down or reboot the node, apply a machine
 //! configuration ([`crate::apply`]). gRPC (`talos.init`).
 //! Only uid 0 and the one daemon the manifest marks `initControl` (apid, which serves these
 //! calls to its authorized clients) may call it, checked on every request from the kernel's peer
@@ -12,12 +12,12 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use proto::init::init_server::{Init, InitServer};
 use proto::init::{
-    ApplyRequest, ApplyResponse, AuditRequest, AuditResponse, DaemonAudit, ListRequest,
-    ListResponse, LogLine, LogsRequest, PowerRequest, PowerResponse, Service, ServiceRequest,
-    ServiceResponse,
+    ApplyRequest, ApplyResponse, AuditRequest, AuditResponse, DaemonAudit, DmesgRequest,
+    ListRequest, ListResponse, LogLine, LogsRequest, PowerRequest, PowerResponse, Service,
+    ServiceRequest, ServiceResponse,
 };
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;
@@ -173,6 +173,7 @@ impl Init for Control {
                 if tx
                     .send(Ok(LogLine {
                         line: l.text.to_vec(),
+                        error: String::new(),
                     }))
                     .await
                     .is_err()
@@ -192,13 +193,13 @@ impl Init for Control {
                                 continue;
                             }
                             last = Some(l.seq);
-                            if tx.send(Ok(LogLine { line: l.text.to_vec() })).await.is_err() {
+                            if tx.send(Ok(LogLine { line: l.text.to_vec(), error: String::new() })).await.is_err() {
                                 return;
                             }
                         }
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                             let note = format!("init: {n} lines dropped (reader too slow)");
-                            if tx.send(Ok(LogLine { line: note.into_bytes() })).await.is_err() {
+                            if tx.send(Ok(LogLine { line: note.into_bytes(), error: String::new() })).await.is_err() {
                                 return;
                             }
                         }
@@ -210,6 +211,34 @@ impl Init for Control {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(out),
         )))
+    }
+
+    type DmesgStream = LogStream;
+
+    /// The node's kernel log ([`crate::kmsg`]); a container-mode node has none of its own and
+    /// says so (FailedPrecondition).
+    async fn dmesg(&self, req: Request<DmesgRequest>) -> Result<Response<LogStream>, Status> {
+        self.admin(&req)?;
+        let r = req.into_inner();
+        let records = crate::kmsg::read(Path::new(crate::kmsg::KMSG), r.follow, r.tail).map_err(
+            |e| match e {
+                crate::kmsg::KmsgError::NotHere => Status::failed_precondition(e.to_string()),
+                crate::kmsg::KmsgError::Io { .. } => Status::unavailable(e.to_string()),
+            },
+        )?;
+        let lines = tokio_stream::wrappers::ReceiverStream::new(records).map(|r| {
+            Ok(match r {
+                Ok(line) => LogLine {
+                    line: line.into_bytes(),
+                    error: String::new(),
+                },
+                Err(error) => LogLine {
+                    line: Vec::new(),
+                    error,
+                },
+            })
+        });
+        Ok(Response::new(Box::pin(lines)))
     }
 
     async fn shutdown(

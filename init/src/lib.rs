@@ -24,6 +24,7 @@ pub mod apply;
 pub mod control;
 pub mod controllers;
 pub mod hostname;
+pub mod kmsg;
 pub mod logs;
 pub mod manifest;
 pub mod pid1;

@@ -3,6 +3,7 @@
 pub mod config;
 pub mod manifest;
 pub mod resources;
+pub mod rfc3339;
 #[cfg(feature = "pki")]
 pub mod secrets;
 #[cfg(feature = "tls")]

@@ -153,6 +153,10 @@ pub enum Command {
     /// Print the output of a daemon or service (init's in-memory ring buffer).
     Logs(logs::LogsArgs),
 
+    /// Print the node's kernel log (through the Talos API; a container-mode node has none of
+    /// its own).
+    Dmesg(remote::DmesgArgs),
+
     /// Audit the observed sandbox of every daemon (exposure on the systemd-analyze model).
     Audit(audit::AuditArgs),
 
@@ -240,6 +244,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => each_node(&cli, &mut out, |t, out| {
             block_on(logs::run(&t.init_socket, args, out))
         }),
+        Command::Dmesg(args) => {
+            block_on(async { remote::dmesg(&api(&cli)?, args, &mut out).await })
+        }
         Command::Audit(args) if !over_sockets(&cli) => {
             block_on(async { audit::run_api(&api(&cli)?, args, &mut out).await })
         }

@@ -1,4 +1,4 @@
-//! `services`, `service`, `logs`, `reboot` and `shutdown` through the Talos API
+//! `services`, `service`, `logs`, `dmesg`, `reboot` and `shutdown` through the Talos API
 //! (`machine.MachineService`): one call per node with the `node` metadata, which the endpoint's
 //! apid passes through to that node's apid (as upstream's talosctl does since 1.14), and a NODE
 //! column or prefix naming where each answer comes from. A node that fails does not hide the
@@ -8,8 +8,8 @@ use std::io::Write;
 
 use proto::machine::machine_service_client::MachineServiceClient;
 use proto::machine::{
-    LogsRequest, RebootRequest, ServiceInfo, ServiceRestartRequest, ServiceStartRequest,
-    ServiceStopRequest, ShutdownRequest,
+    DmesgRequest, LogsRequest, RebootRequest, ServiceInfo, ServiceRestartRequest,
+    ServiceStartRequest, ServiceStopRequest, ShutdownRequest,
 };
 
 use crate::api::{self, Api};
@@ -172,11 +172,8 @@ pub async fn service(api: &Api, args: &ServiceArgs, out: &mut dyn Write) -> anyh
 /// prefixed with its node, and followed streams are interleaved as lines come.
 pub async fn logs(api: &Api, args: &LogsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let c = client(api)?;
-    let targets = api.targets();
-    let prefix = targets.len() > 1;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, Result<Vec<u8>, String>)>(64);
-    let mut errors = Vec::new();
-    for (label, node) in targets {
+    streams(api, args.follow, "log", out, |node| {
+        let mut c = c.clone();
         let req = api.for_node(
             LogsRequest {
                 namespace: String::new(),
@@ -185,23 +182,90 @@ pub async fn logs(api: &Api, args: &LogsArgs, out: &mut dyn Write) -> anyhow::Re
                 follow: args.follow,
                 tail_lines: args.tail,
             },
-            node.as_deref(),
-        )?;
-        let mut stream = match c.clone().logs(req).await {
+            node,
+        );
+        async move { Ok(c.logs(req?).await) }
+    })
+    .await
+}
+
+/// `talosctl dmesg`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DmesgArgs {
+    /// Keep printing records as the kernel logs them.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Only what the kernel logs from now on (with `-f`).
+    #[arg(long)]
+    pub tail: bool,
+}
+
+/// `talosctl dmesg`: each node's kernel log (Dmesg), prefixed by node when there are several.
+pub async fn dmesg(api: &Api, args: &DmesgArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let c = client(api)?;
+    streams(api, args.follow, "kernel log", out, |node| {
+        let mut c = c.clone();
+        let req = api.for_node(
+            DmesgRequest {
+                follow: args.follow,
+                tail: args.tail,
+            },
+            node,
+        );
+        async move { Ok(c.dmesg(req?).await) }
+    })
+    .await
+}
+
+type DataStream = tonic::Streaming<proto::common::Data>;
+
+/// One stream of `Data` per target, opened by `open` (its `node` metadata): one node after
+/// the other, or all at once while following; lines prefixed by node when there are several.
+/// A `Data` carrying `metadata.error` (a record the node could not read) is said on stderr
+/// and the stream goes on.
+async fn streams<F, Fut>(
+    api: &Api,
+    follow: bool,
+    what: &'static str,
+    out: &mut dyn Write,
+    open: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(Option<&str>) -> Fut,
+    Fut: std::future::Future<
+        Output = anyhow::Result<Result<tonic::Response<DataStream>, tonic::Status>>,
+    >,
+{
+    let targets = api.targets();
+    let prefix = targets.len() > 1;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, Result<Vec<u8>, String>)>(64);
+    let mut errors = Vec::new();
+    let shown = |out: &mut dyn Write, label: &str, d: proto::common::Data| match d
+        .metadata
+        .filter(|m| !m.error.is_empty())
+    {
+        Some(m) => {
+            eprintln!("{label}: {}", m.error);
+            Ok(())
+        }
+        None => write_lines(out, prefix.then_some(label), &d.bytes),
+    };
+    for (label, node) in targets {
+        let mut stream = match open(node.as_deref()).await? {
             Ok(s) => s.into_inner(),
             Err(s) => {
                 errors.push(failed(api, &label, &s));
                 continue;
             }
         };
-        if !args.follow {
+        if !follow {
             // One node after the other: each node's lines stay together.
             loop {
                 match stream.message().await {
-                    Ok(Some(d)) => write_lines(out, prefix.then_some(label.as_str()), &d.bytes)?,
+                    Ok(Some(d)) => shown(out, &label, d)?,
                     Ok(None) => break,
                     Err(s) => {
-                        errors.push(format!("{label}: log stream broken: {}", s.message()));
+                        errors.push(format!("{label}: {what} stream broken: {}", s.message()));
                         break;
                     }
                 }
@@ -212,7 +276,13 @@ pub async fn logs(api: &Api, args: &LogsArgs, out: &mut dyn Write) -> anyhow::Re
         tokio::spawn(async move {
             loop {
                 let item = match stream.message().await {
-                    Ok(Some(d)) => Ok(d.bytes),
+                    Ok(Some(d)) => match d.metadata.filter(|m| !m.error.is_empty()) {
+                        Some(m) => {
+                            eprintln!("{label}: {}", m.error);
+                            continue;
+                        }
+                        None => Ok(d.bytes),
+                    },
                     Ok(None) => return,
                     Err(s) => Err(s.message().to_string()),
                 };
@@ -230,7 +300,7 @@ pub async fn logs(api: &Api, args: &LogsArgs, out: &mut dyn Write) -> anyhow::Re
                 write_lines(out, prefix.then_some(label.as_str()), &bytes)?;
                 out.flush()?;
             }
-            Err(e) => errors.push(format!("{label}: log stream broken: {e}")),
+            Err(e) => errors.push(format!("{label}: {what} stream broken: {e}")),
         }
     }
     finish(errors)

@@ -664,6 +664,18 @@ fn apid_is_published_on_loopback_forwards_to_the_other_nodes_and_any_grpc_client
     let out = as_reader(&["reboot"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("permission denied"), "{}", text(&out));
+    // The kernel log is a reader's to read, but a container-mode node shares the host's
+    // kernel and is not given its log: said plainly, by every node asked.
+    // (By address: this talosconfig names no local cluster to look node names up in.)
+    let out = as_reader(&["-n", &format!("{},{}", cp2.ip, w.ip), "dmesg"]);
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert_eq!(
+        said.matches("has no kernel log of its own").count(),
+        2,
+        "{said}"
+    );
+    assert!(!said.contains("permission denied"), "{said}");
     // A reader may not make one; an existing file is not overwritten; a worker holds no CA
     // key (upstream's refusal).
     let out = as_reader(&["config", "new", &format!("{reader_path}-2")]);
