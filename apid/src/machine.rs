@@ -100,12 +100,17 @@ type Streamed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 impl MachineService for Machine {
     async fn version(&self, _: Request<()>) -> Result<Response<VersionResponse>, Status> {
         // The platform is what init says it runs as; while stated is down it is not known.
-        let mode = self
-            .client
-            .get_typed::<MachineStatusSpec>(RUNTIME, MACHINE_STATUS_ID)
-            .await
-            .map(|m| m.spec.mode)
-            .unwrap_or_default();
+        // Version must answer at once whatever stated does: a second for the platform at most.
+        let mode = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            self.client
+                .get_typed::<MachineStatusSpec>(RUNTIME, MACHINE_STATUS_ID),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|m| m.spec.mode)
+        .unwrap_or_default();
         let platform = match mode.as_str() {
             "vm" => "metal",
             "" => "unknown",

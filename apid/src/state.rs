@@ -33,8 +33,8 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::caller;
 
-/// How long a forwarded Get or List waits for stated.
-const STATED_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a forwarded Get or List waits for stated's first answer.
+const STATED_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Default)]
 struct Known {
@@ -198,10 +198,16 @@ fn unavailable(e: &str) -> Status {
     Status::unavailable(format!("stated is not answering apid: {e}"))
 }
 
-/// stated's answer, explained where it is apid's own limit.
+/// stated's answer, explained where it is apid's own limit; no answer (stated down, frozen
+/// or restarting: the call timed out or the connection broke) is Unavailable, saying so.
 fn explain(ns: &str, r#type: &str, s: Status) -> Status {
-    if s.code() != tonic::Code::PermissionDenied {
-        return s;
+    use tonic::Code;
+    match s.code() {
+        Code::PermissionDenied => {}
+        Code::Cancelled | Code::DeadlineExceeded | Code::Unavailable | Code::Unknown => {
+            return unavailable(&format!("{ns}/{type}: {}", s.message()));
+        }
+        _ => return s,
     }
     let hint = if ns == machinery::resources::config::NAMESPACE {
         format!(

@@ -212,3 +212,98 @@ async fn apid_serves_each_role_what_it_may_through_its_sandbox_and_survives_a_ki
         "apid's certificate reissued"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apid_keeps_answering_with_clear_errors_while_stated_is_down() {
+    if !testkit::require_root("a node switches uids and makes namespaces") {
+        return;
+    }
+    let bundle = Bundle::from_yaml(support::UPSTREAM).unwrap();
+    let node = Node::builder()
+        .config(&support::control_plane(&bundle, "tap1", "172.20.97.2"))
+        .start();
+    node.wait_healthy(&["stated", "networkd", "secretsd", "trustd", "apid"], T)
+        .await;
+    node.in_netns(&[
+        "ip", "link", "add", "tap0", "type", "veth", "peer", "name", "tap1",
+    ]);
+    node.in_netns(&["ip", "link", "set", "tap0", "up"]);
+    let admin = channel(&node, &bundle, Some("os:admin"));
+    serving(&node, &admin).await;
+
+    // stated stops answering (frozen: its socket is there, nothing comes back).
+    let stated = node.service("stated").await.unwrap();
+    let host = nix::unistd::Pid::from_raw(node.host_pid(stated.pid).unwrap());
+    nix::sys::signal::kill(host, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    struct Thaw(nix::unistd::Pid);
+    impl Drop for Thaw {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+        }
+    }
+    let thaw = Thaw(host);
+
+    // What needs only init still works, at once; a new connection too (apid holds its
+    // certificate in memory).
+    let fresh = channel(&node, &bundle, Some("os:reader"));
+    let started = Instant::now();
+    let v = MachineServiceClient::new(fresh.clone())
+        .version(())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(v.messages[0].version.as_ref().unwrap().tag.starts_with('v'));
+    let list = MachineServiceClient::new(fresh.clone())
+        .service_list(())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.messages[0].services.iter().any(|s| s.id == "stated"));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "Version and ServiceList waited on stated: {:?}",
+        started.elapsed()
+    );
+    // What needs stated fails Unavailable, saying so, within the request timeout.
+    let e = StateClient::new(fresh.clone())
+        .get(get("network", "HostnameStatuses.net.talos.dev", "hostname"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("stated"), "{}", e.message());
+    let e = MachineServiceClient::new(fresh.clone())
+        .hostname(())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("stated is not answering apid"),
+        "{}",
+        e.message()
+    );
+    let e = MachineServiceClient::new(admin.clone())
+        .generate_client_configuration(proto::machine::GenerateClientConfigurationRequest {
+            roles: vec!["os:reader".into()],
+            crt_ttl: Some(prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+
+    // stated back: the same channels read again.
+    drop(thaw);
+    let end = Instant::now() + T;
+    loop {
+        match MachineServiceClient::new(fresh.clone()).hostname(()).await {
+            Ok(h) => {
+                assert!(!h.into_inner().messages[0].hostname.is_empty());
+                break;
+            }
+            Err(e) => assert!(Instant::now() < end, "apid never read stated again: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
