@@ -32,4 +32,5 @@ nodes="$(echo "$show" | python3 -c 'import json,sys; print(",".join(n["ip"] for 
 init="$(echo "$show" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["initPid"])')"
 echo "commit $(git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC')"
 target/release/api-bench --talosconfig "$work/talosconfig" \
-	--socket "/proc/$init/root/run/stated/state.sock" --nodes "$nodes" --rounds "$rounds"
+	--socket "/proc/$init/root/run/stated/state.sock" --netns "/proc/$init/ns/net" \
+	--nodes "$nodes" --rounds "$rounds"

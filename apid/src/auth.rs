@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use machinery::secrets::x509::Certificate;
 use machinery::tls::ConnectInfo;
 use tonic::body::Body;
 use tonic::Status;
@@ -87,13 +86,12 @@ impl fmt::Display for Roles {
 /// UNAUTHENTICATED without a client certificate (the handshake requires one, so only a bug
 /// gets here) or with one that does not parse.
 pub fn roles_of(info: Option<&ConnectInfo>, metadata: &http::HeaderMap) -> Result<Roles, Status> {
-    let leaf = info
-        .and_then(|i| i.peer_certificates.first())
-        .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
-    let cert = Certificate::from_der(leaf.as_ref())
-        .and_then(|c| c.info())
+    let organizations = info
+        .and_then(|i| i.peer_organizations.as_deref())
+        .ok_or_else(|| Status::unauthenticated("no client certificate"))?
+        .as_ref()
         .map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))?;
-    let roles = Roles::parse(cert.organizations.iter().map(String::as_str));
+    let roles = Roles::parse(organizations.iter().map(String::as_str));
     if roles.has(IMPERSONATOR) {
         let forwarded: Vec<&str> = metadata
             .get_all(ROLE_METADATA)

@@ -36,6 +36,38 @@ struct Args {
     /// Calls per measurement.
     #[arg(long, default_value_t = 500)]
     rounds: usize,
+    /// The node's network namespace (/proc/<init pid>/ns/net): apid is also timed from inside
+    /// it (127.0.0.1:50000, no relay), to tell the host relay's share from apid's own.
+    #[arg(long)]
+    netns: Option<PathBuf>,
+}
+
+/// TCP connections made from inside the network namespace at `netns`, each by a thread of its
+/// own that enters it (no other thread changes namespace).
+fn dial_in(
+    netns: PathBuf,
+) -> impl Fn(std::net::SocketAddr) -> machinery::tls::Dial + Clone + Send + 'static {
+    move |addr| {
+        let netns = netns.clone();
+        Box::pin(async move {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            std::thread::spawn(move || {
+                let r = (|| {
+                    let ns = std::fs::File::open(&netns)?;
+                    nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+                    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+                    s.set_nodelay(true)?;
+                    s.set_nonblocking(true)?;
+                    Ok::<_, std::io::Error>(s)
+                })();
+                let _ = tx.send(r);
+            });
+            let s = rx
+                .await
+                .map_err(|_| std::io::Error::other("the dialing thread died"))??;
+            tokio::net::TcpStream::from_std(s)
+        })
+    }
 }
 
 /// The namespace the benchmark's resources go to (one of the node's, nothing reads this type).
@@ -171,6 +203,53 @@ async fn run(args: Args) -> anyhow::Result<()> {
     })
     .await?;
     row("List (100 resources)", &list_local, &list_api);
+
+    if let Some(netns) = &args.netns {
+        // The same apid from inside the node's network namespace: no host relay.
+        let inside = cosi::Client::over(
+            api.channel_via(
+                std::net::SocketAddr::from(([127, 0, 0, 1], 50000)),
+                dial_in(netns.clone()),
+            )?,
+            "apid in the node",
+        );
+        let get_inside = measure(rounds, || async {
+            inside.get(NS, BenchItem::TYPE, "item-000").await?;
+            Ok(())
+        })
+        .await?;
+        let list_inside = measure(rounds, || async {
+            let n = inside
+                .list(NS, BenchItem::TYPE, &Query::default())
+                .await?
+                .len();
+            anyhow::ensure!(n == 100);
+            Ok(())
+        })
+        .await?;
+        println!();
+        println!(
+            "| call (p50) | local socket | apid, in the node | apid, published port | apid's own | the relay's |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        for (what, local, inside, published) in [
+            ("Get (1 resource)", &get_local, &get_inside, &get_api),
+            ("List (100 resources)", &list_local, &list_inside, &list_api),
+        ] {
+            let (l, i, p) = (
+                us(local.quantile(0.5)),
+                us(inside.quantile(0.5)),
+                us(published.quantile(0.5)),
+            );
+            println!(
+                "| {what} | {l:.0} µs | {i:.0} µs ({:.2}×) | {p:.0} µs ({:.2}×) | +{:.0} µs | +{:.0} µs |",
+                i / l,
+                p / l,
+                i - l,
+                p - i
+            );
+        }
+    }
 
     if !args.nodes.is_empty() {
         use proto::machine::machine_service_client::MachineServiceClient;

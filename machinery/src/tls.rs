@@ -387,8 +387,13 @@ impl Default for Limits {
 pub struct ConnectInfo {
     /// The client's address.
     pub remote: SocketAddr,
-    /// The certificates the client presented (verified by then), leaf first.
-    pub peer_certificates: Vec<CertificateDer<'static>>,
+    /// The certificates the client presented (verified by then), leaf first. Shared: tonic
+    /// hands every request of the connection its own copy of this.
+    pub peer_certificates: Arc<[CertificateDer<'static>]>,
+    /// The Organization values (roles) of the client's leaf certificate, read once at the
+    /// handshake rather than on every request; `Err` says why it does not parse; `None`
+    /// without a client certificate.
+    pub peer_organizations: Option<Arc<Result<Vec<String>, String>>>,
 }
 
 /// One accepted TLS connection; holds its slot of [`Limits::max_connections`].
@@ -476,17 +481,26 @@ pub fn incoming(
             tokio::spawn(async move {
                 match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
-                        let peer_certificates = stream
+                        let peer_certificates: Arc<[CertificateDer<'static>]> = stream
                             .get_ref()
                             .1
                             .peer_certificates()
                             .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
                             .unwrap_or_default();
+                        let peer_organizations = peer_certificates.first().map(|leaf| {
+                            Arc::new(
+                                crate::secrets::x509::Certificate::from_der(leaf.as_ref())
+                                    .and_then(|c| c.info())
+                                    .map(|i| i.organizations)
+                                    .map_err(|e| e.to_string()),
+                            )
+                        });
                         let conn = TlsConnection {
                             stream,
                             info: ConnectInfo {
                                 remote,
                                 peer_certificates,
+                                peer_organizations,
                             },
                             _slot: slot,
                         };

@@ -104,6 +104,23 @@ impl Api {
         .with_context(|| format!("{}: cannot make a channel", self.endpoint.label))
     }
 
+    /// A channel to `addr` with this endpoint's TLS configuration and server name, its TCP
+    /// connections made by `dial` (from inside a node's network namespace: the benchmarks).
+    pub fn channel_via(
+        &self,
+        addr: SocketAddr,
+        dial: impl Fn(SocketAddr) -> tls::Dial + Clone + Send + 'static,
+    ) -> anyhow::Result<Channel> {
+        tls::channel_via(
+            addr,
+            &self.endpoint.server_name,
+            self.config.clone(),
+            CONNECT_TIMEOUT,
+            dial,
+        )
+        .with_context(|| format!("{addr}: cannot make a channel"))
+    }
+
     /// `msg` as a request for every node (`nodes` metadata), or for the endpoint itself.
     pub fn for_nodes<T>(&self, msg: T) -> anyhow::Result<tonic::Request<T>> {
         let mut req = tonic::Request::new(msg);
