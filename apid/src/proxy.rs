@@ -37,7 +37,7 @@ use http_body_util::{BodyExt, Limited, StreamBody};
 use machinery::tls;
 use prost::Message;
 use proto::common::{Empty, EmptyResponse, Metadata};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tonic::body::Body;
 use tonic::transport::Channel;
@@ -62,6 +62,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_REPLY: usize = cosi::client::MAX_MESSAGE;
 /// Connections to other nodes kept open.
 const MAX_CHANNELS: usize = 64;
+/// Calls this apid has open at once on its connection to one node: what that node's apid
+/// allows a connection ([`crate::run::MAX_STREAMS_PER_CONNECTION`]).
+pub const PEER_CALLS: usize = crate::run::MAX_STREAMS_PER_CONNECTION;
 /// gRPC's message header: compressed flag, length.
 const HEADER: usize = 5;
 
@@ -358,7 +361,7 @@ pub struct Peers {
 #[derive(Debug, Default)]
 struct Cache {
     config: Option<Arc<tls::rustls::ClientConfig>>,
-    channels: HashMap<IpAddr, Channel>,
+    channels: HashMap<IpAddr, (Channel, Arc<Semaphore>)>,
 }
 
 impl Peers {
@@ -371,7 +374,8 @@ impl Peers {
         }
     }
 
-    fn channel(&self, ip: IpAddr) -> Result<Channel, Status> {
+    /// The shared channel to `ip`'s apid and its count of calls in flight.
+    fn channel(&self, ip: IpAddr) -> Result<(Channel, Arc<Semaphore>), Status> {
         let config = self
             .identity
             .read()
@@ -408,8 +412,9 @@ impl Peers {
             CONNECT_TIMEOUT,
         )
         .map_err(|e| Status::internal(format!("channel to {ip}: {e}")))?;
-        cache.channels.insert(ip, channel.clone());
-        Ok(channel)
+        let slots = Arc::new(Semaphore::new(PEER_CALLS));
+        cache.channels.insert(ip, (channel.clone(), slots.clone()));
+        Ok((channel, slots))
     }
 }
 
@@ -485,9 +490,18 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Sends `req` to `ip`; a reply whose headers already carry a failure (trailers-only) is that
-/// failure.
+/// failure. Every caller of this apid shares one connection per node, which that node's apid
+/// lets carry [`PEER_CALLS`] calls at once: past that a call is refused at once
+/// (RESOURCE_EXHAUSTED) instead of waiting, unseen, behind others' open streams. The slot is
+/// held until the reply's body is dropped (a followed log holds it while it is followed).
 async fn call(peers: &Peers, ip: IpAddr, req: Request<Body>) -> Result<Response<Body>, Status> {
-    let channel = peers.channel(ip)?;
+    let (channel, slots) = peers.channel(ip)?;
+    let slot = slots.try_acquire_owned().map_err(|_| {
+        Status::resource_exhausted(format!(
+            "node {ip}: {PEER_CALLS} calls through this apid are open to it already (its \
+             connection's limit): try again when some have ended"
+        ))
+    })?;
     let resp = channel
         .oneshot(req)
         .await
@@ -500,7 +514,12 @@ async fn call(peers: &Peers, ip: IpAddr, req: Request<Body>) -> Result<Response<
     }
     match Status::from_header_map(resp.headers()) {
         Some(s) if s.code() != Code::Ok => Err(s),
-        _ => Ok(resp),
+        _ => Ok(resp.map(|body| {
+            Body::new(body.map_frame(move |f| {
+                let _held = &slot;
+                f
+            }))
+        })),
     }
 }
 

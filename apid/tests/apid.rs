@@ -694,3 +694,78 @@ async fn an_admin_generates_a_client_configuration_signed_by_secretsd_and_nothin
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+fn watch_of(ns: &str, ty: &str) -> WatchRequest {
+    WatchRequest {
+        namespace: ns.into(),
+        r#type: ty.into(),
+        id: None,
+        api_version: 1,
+        options: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_to_a_node_are_bounded_with_a_clear_error_not_a_hang() {
+    let port = shared_port();
+    let one = node_at("127.0.0.1", "cp-1", port).await;
+    let _two = node_at("127.0.0.2", "cp-2", port).await;
+    let limit = apid::proxy::PEER_CALLS;
+    // Watches of the other node's state, kept open, over two client connections (each
+    // connection to apid carries at most 64 calls itself): they fill the one connection this
+    // apid shares to 127.0.0.2.
+    let channels = [one.as_role("os:admin"), one.as_role("os:admin")];
+    let mut open = Vec::new();
+    for i in 0..limit {
+        let mut c = StateClient::new(channels[i % 2].clone());
+        let s = tokio::time::timeout(
+            T,
+            c.watch(with_metadata(
+                watch_of("network", "HostnameStatuses.net.talos.dev"),
+                "node",
+                &["127.0.0.2"],
+            )),
+        )
+        .await
+        .expect("a watch within the limit opens")
+        .unwrap();
+        open.push(s.into_inner());
+    }
+    let mut c = StateClient::new(channels[1].clone());
+    let e = tokio::time::timeout(
+        T,
+        c.watch(with_metadata(
+            watch_of("network", "HostnameStatuses.net.talos.dev"),
+            "node",
+            &["127.0.0.2"],
+        )),
+    )
+    .await
+    .expect("the call past the limit is answered, not left waiting")
+    .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("127.0.0.2"), "{}", e.message());
+    // The node itself is still served; and once the watches end, forwarding works again.
+    MachineServiceClient::new(channels[0].clone())
+        .hostname(())
+        .await
+        .unwrap();
+    drop(open);
+    let end = Instant::now() + T;
+    loop {
+        let r = MachineServiceClient::new(channels[1].clone())
+            .hostname(with_metadata((), "node", &["127.0.0.2"]))
+            .await;
+        match r {
+            Ok(h) => {
+                assert_eq!(h.into_inner().messages[0].hostname, "cp-2");
+                break;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                assert!(Instant::now() < end, "slots never came back");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
