@@ -61,6 +61,21 @@ fn get(ns: &str, ty: &str, id: &str) -> GetRequest {
     }
 }
 
+/// A control plane of upstream's own bundle, every daemon healthy, its link up.
+async fn control_plane() -> (Bundle, Node) {
+    let bundle = Bundle::from_yaml(support::UPSTREAM).unwrap();
+    let node = Node::builder()
+        .config(&support::control_plane(&bundle, "tap1", "172.20.97.2"))
+        .start();
+    node.wait_healthy(&["stated", "networkd", "secretsd", "trustd", "apid"], T)
+        .await;
+    node.in_netns(&[
+        "ip", "link", "add", "tap0", "type", "veth", "peer", "name", "tap1",
+    ]);
+    node.in_netns(&["ip", "link", "set", "tap0", "up"]);
+    (bundle, node)
+}
+
 /// Waits until apid answers Version to an admin.
 async fn serving(node: &Node, admin: &Channel) {
     let end = Instant::now() + T;
@@ -82,16 +97,7 @@ async fn apid_serves_each_role_what_it_may_through_its_sandbox_and_survives_a_ki
     if !testkit::require_root("a node switches uids and makes namespaces") {
         return;
     }
-    let bundle = Bundle::from_yaml(support::UPSTREAM).unwrap();
-    let node = Node::builder()
-        .config(&support::control_plane(&bundle, "tap1", "172.20.97.2"))
-        .start();
-    node.wait_healthy(&["stated", "networkd", "secretsd", "trustd", "apid"], T)
-        .await;
-    node.in_netns(&[
-        "ip", "link", "add", "tap0", "type", "veth", "peer", "name", "tap1",
-    ]);
-    node.in_netns(&["ip", "link", "set", "tap0", "up"]);
+    let (bundle, node) = control_plane().await;
     let admin = channel(&node, &bundle, Some("os:admin"));
     let reader = channel(&node, &bundle, Some("os:reader"));
     serving(&node, &admin).await;
@@ -218,16 +224,7 @@ async fn apid_keeps_answering_with_clear_errors_while_stated_is_down() {
     if !testkit::require_root("a node switches uids and makes namespaces") {
         return;
     }
-    let bundle = Bundle::from_yaml(support::UPSTREAM).unwrap();
-    let node = Node::builder()
-        .config(&support::control_plane(&bundle, "tap1", "172.20.97.2"))
-        .start();
-    node.wait_healthy(&["stated", "networkd", "secretsd", "trustd", "apid"], T)
-        .await;
-    node.in_netns(&[
-        "ip", "link", "add", "tap0", "type", "veth", "peer", "name", "tap1",
-    ]);
-    node.in_netns(&["ip", "link", "set", "tap0", "up"]);
+    let (bundle, node) = control_plane().await;
     let admin = channel(&node, &bundle, Some("os:admin"));
     serving(&node, &admin).await;
 
