@@ -6,16 +6,23 @@
 //! While init says the node is in maintenance (`runtime/MachineStatus` stage `maintenance`: no
 //! machine configuration), apid serves the maintenance API instead: a self-signed certificate
 //! made here, in memory, its fingerprint logged (the console) for `talosctl apply-config
-//! --insecure --cert-fingerprint`, and no client certificate asked for.
+//! --insecure --cert-fingerprint`, and no client certificate asked for. It is kept in
+//! `apid/MaintenanceServerCertificates/maintenance` (sensitive), so that a restarted apid serves the
+//! same one and the fingerprint the user pinned still holds; it is removed once the node is
+//! configured.
 
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
+use cosi::Resource;
+use machinery::resources::apid::{
+    MaintenanceCertificateSpec, MAINTENANCE_ID, NAMESPACE as APID_NS,
+};
 use machinery::resources::runtime::{
     MachineStage, MachineStatusSpec, MACHINE_STATUS_ID, NAMESPACE as RUNTIME,
 };
-use machinery::resources::secrets::{ApiCertsSpec, API_ID, NAMESPACE};
+use machinery::resources::secrets::{ApiCertsSpec, CertificateAndKey, API_ID, NAMESPACE};
 use machinery::secrets::x509::{Certificate, ExtendedUsage, LeafRequest, Subject, Usage};
 use machinery::tls::{certified_key, client_config, ClientCas, ServerCertificate};
 use tokio::sync::watch;
@@ -56,17 +63,19 @@ pub struct CertificateController {
     creds: Credentials,
     serving: watch::Sender<bool>,
     reported: Option<String>,
-    /// The maintenance certificate and its fingerprint, once made.
-    maintenance: Option<(Arc<machinery::tls::rustls::sign::CertifiedKey>, String)>,
+    /// The maintenance certificate, once made or found, as served and as stored.
+    maintenance: Option<(
+        Arc<machinery::tls::rustls::sign::CertifiedKey>,
+        MaintenanceCertificateSpec,
+    )>,
 }
 
 /// How long the maintenance certificate is valid (it lives only as long as this apid).
 const MAINTENANCE_VALIDITY: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 
 /// A self-signed server certificate for the maintenance API: a throwaway CA (its key dropped
-/// at once) signs a leaf for server authentication; returns it and its fingerprint.
-fn maintenance_certificate() -> Result<(machinery::tls::rustls::sign::CertifiedKey, String), String>
-{
+/// at once) signs a leaf for server authentication; returns it with its fingerprint.
+fn maintenance_certificate() -> Result<MaintenanceCertificateSpec, String> {
     let now = std::time::SystemTime::now();
     let subject = Subject {
         organizations: Vec::new(),
@@ -88,8 +97,29 @@ fn maintenance_certificate() -> Result<(machinery::tls::rustls::sign::CertifiedK
     .map_err(|e| e.to_string())?;
     let fingerprint = crt.fingerprint().map_err(|e| e.to_string())?;
     let key = key.to_pem().map_err(|e| e.to_string())?;
-    let ck = certified_key(&crt.to_pem(), &key).map_err(|e| e.to_string())?;
-    Ok((ck, fingerprint))
+    Ok(MaintenanceCertificateSpec {
+        server: CertificateAndKey {
+            crt: crt.to_pem(),
+            key,
+        },
+        fingerprint,
+    })
+}
+
+/// A stored maintenance certificate still worth serving: it parses, its key is its own, its
+/// fingerprint is what it says, and it is valid for another day.
+fn still_good(
+    stored: &MaintenanceCertificateSpec,
+) -> Option<machinery::tls::rustls::sign::CertifiedKey> {
+    let crt = Certificate::from_pem(stored.server.crt.as_bytes()).ok()?;
+    let info = crt.info().ok()?;
+    let day = std::time::Duration::from_secs(24 * 3600);
+    if info.not_after < std::time::SystemTime::now() + day
+        || crt.fingerprint().ok()? != stored.fingerprint
+    {
+        return None;
+    }
+    certified_key(&stored.server.crt, &stored.server.key).ok()
 }
 
 impl CertificateController {
@@ -120,25 +150,49 @@ impl CertificateController {
             .map(|m| m.spec.stage);
         if stage == Some(MachineStage::Maintenance) {
             if self.maintenance.is_none() {
-                match maintenance_certificate() {
-                    Ok((ck, fp)) => {
-                        tracing::warn!(
-                            fingerprint = %fp,
-                            "maintenance mode: the node has no machine configuration; the \
-                             maintenance API is open to clients without a certificate \
-                             (apply one with talosctl apply-config --insecure \
-                             --cert-fingerprint {fp})"
-                        );
-                        self.maintenance = Some((Arc::new(ck), fp));
+                // The one a previous apid of this boot made and logged, else a new one.
+                let stored = ctx
+                    .get::<MaintenanceCertificateSpec>(APID_NS, MAINTENANCE_ID)
+                    .await?
+                    .map(|r| r.spec);
+                let reused = stored.and_then(|s| still_good(&s).map(|ck| (ck, s)));
+                let (ck, spec, fresh) = match reused {
+                    Some((ck, spec)) => (ck, spec, false),
+                    None => {
+                        let made = match maintenance_certificate() {
+                            Ok(m) => m,
+                            Err(e) => {
+                                self.report(Some(format!("maintenance certificate: {e}")));
+                                return Ok(Action::AwaitChange);
+                            }
+                        };
+                        let ck = match certified_key(&made.server.crt, &made.server.key) {
+                            Ok(ck) => ck,
+                            Err(e) => {
+                                self.report(Some(format!("maintenance certificate: {e}")));
+                                return Ok(Action::AwaitChange);
+                            }
+                        };
+                        (ck, made, true)
                     }
-                    Err(e) => {
-                        self.report(Some(format!("maintenance certificate: {e}")));
-                        return Ok(Action::AwaitChange);
-                    }
-                }
+                };
+                let fp = spec.fingerprint.clone();
+                tracing::warn!(
+                    fingerprint = %fp,
+                    reused = !fresh,
+                    "maintenance mode: the node has no machine configuration; the \
+                     maintenance API is open to clients without a certificate \
+                     (apply one with talosctl apply-config --insecure \
+                     --cert-fingerprint {fp})"
+                );
+                self.maintenance = Some((Arc::new(ck), spec));
             }
-            if let Some((ck, _)) = &self.maintenance {
+            if let Some((ck, spec)) = &self.maintenance {
                 self.creds.server.set((**ck).clone());
+                // Asserted every cycle (the runtime removes an output a cycle does not assert;
+                // an unchanged one is not written again).
+                ctx.apply(Resource::new_default(MAINTENANCE_ID, spec.clone()))
+                    .await?;
             }
             self.creds.client_cas.set_open(true);
             self.serving.send_replace(true);
@@ -149,6 +203,7 @@ impl CertificateController {
             self.creds.client_cas.set_open(false);
             self.maintenance = None;
         }
+        // Configured: the maintenance certificate is not asserted, so the runtime removes it.
         let spec = ctx
             .get::<ApiCertsSpec>(NAMESPACE, API_ID)
             .await?
@@ -233,7 +288,7 @@ impl Controller for CertificateController {
     }
 
     fn outputs(&self) -> Vec<Output> {
-        Vec::new()
+        vec![Output::exclusive::<MaintenanceCertificateSpec>()]
     }
 
     fn reconcile<'a>(

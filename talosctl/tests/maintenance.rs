@@ -137,6 +137,37 @@ async fn a_node_without_config_serves_the_maintenance_api_until_insecure_apply_c
     );
     assert!(MachineServiceClient::new(other).version(()).await.is_err());
 
+    // kill -9 of apid: the restarted apid serves the same certificate, so the pin still holds.
+    let old = node.service("apid").await.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(node.host_pid(old.pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    node.wait_until("apid restarted", T, |l| {
+        l.iter()
+            .any(|s| s.id == "apid" && s.healthy && s.pid != old.pid)
+    })
+    .await;
+    let end = Instant::now() + T;
+    while let Err(e) = MachineServiceClient::new(anon.clone()).version(()).await {
+        assert!(
+            Instant::now() < end,
+            "the pinned fingerprint after apid's restart: {e:?}\n{}",
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        node.log_text()
+            .lines()
+            .any(|l| l.contains("maintenance mode")
+                && l.contains("reused=true")
+                && l.contains(&fp)),
+        "the restarted apid says it serves the same certificate:\n{}",
+        node.log_text()
+    );
+
     // The config to apply: a control plane of upstream's bundle on the node's link.
     let config = generate(
         &Input::new("demo", "https://172.20.98.2:6443", &bundle),
@@ -236,4 +267,14 @@ async fn a_node_without_config_serves_the_maintenance_api_until_insecure_apply_c
     );
     assert!(!out.status.success(), "{}", text(&out));
     assert_eq!(config_of().await, Some(v), "a second insecure apply wrote");
+    // The maintenance certificate is not kept once the node is configured.
+    let kept = node
+        .state()
+        .get(
+            "apid",
+            "MaintenanceServerCertificates.apid.talos.dev",
+            "maintenance",
+        )
+        .await;
+    assert!(kept.as_ref().is_err_and(|e| e.is_not_found()), "{kept:?}");
 }

@@ -1,7 +1,9 @@
 //! apid's namespace (ours): what apid asks of other daemons. Today one thing: a client
 //! certificate for `GenerateClientConfiguration` (`ClientCertificateRequests`), which secretsd,
 //! the only daemon holding the OS CA key, answers in `secrets/ClientCertificates` under the same
-//! ID. apid makes the key and keeps it; only the CSR and the roles cross stated.
+//! ID. apid makes the key and keeps it; only the CSR and the roles cross stated. And apid's
+//! maintenance certificate (`MaintenanceServerCertificates`), kept so that a restarted apid serves
+//! the fingerprint it logged.
 
 use cosi::{ResourceDefinition, ResourceSpec};
 use serde::{Deserialize, Serialize};
@@ -47,7 +49,39 @@ impl ResourceSpec for ClientCertificateRequestSpec {
     }
 }
 
+/// ID of [`MaintenanceCertificateSpec`].
+pub const MAINTENANCE_ID: &str = "maintenance";
+
+/// apid's self-signed certificate of the maintenance API (`MaintenanceServerCertificates`, ID
+/// `maintenance`), made when a node without configuration first serves it and removed once
+/// the node is configured: a restarted apid serves the same certificate, so the fingerprint a
+/// user pinned from the console still holds. Not durable (a reboot makes a new one, as
+/// upstream's does). Holds a private key: sensitive (admin only through apid; no other daemon
+/// reads `apid` but secretsd, which may read only the requests).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceCertificateSpec {
+    /// The certificate and its key.
+    pub server: crate::resources::secrets::CertificateAndKey,
+    /// Its fingerprint (base64 SHA-256 of the SubjectPublicKeyInfo), as logged.
+    pub fingerprint: String,
+}
+
+impl ResourceSpec for MaintenanceCertificateSpec {
+    const TYPE: &'static str = "MaintenanceServerCertificates.apid.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .sensitive()
+            .with_columns(&[("Fingerprint", "{.fingerprint}")])
+    }
+}
+
 /// Definitions of every type of the namespace.
 pub fn definitions() -> Vec<ResourceDefinition> {
-    vec![ClientCertificateRequestSpec::definition()]
+    vec![
+        ClientCertificateRequestSpec::definition(),
+        MaintenanceCertificateSpec::definition(),
+    ]
 }
