@@ -244,9 +244,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logs(args) => each_node(&cli, &mut out, |t, out| {
             block_on(logs::run(&t.init_socket, args, out))
         }),
-        Command::Dmesg(args) => {
+        Command::Dmesg(args) if !over_sockets(&cli) => {
             block_on(async { remote::dmesg(&api(&cli)?, args, &mut out).await })
         }
+        Command::Dmesg(args) => each_node(&cli, &mut out, |t, out| {
+            block_on(logs::dmesg(&t.init_socket, args, out))
+        }),
         Command::Audit(args) if !over_sockets(&cli) => {
             block_on(async { audit::run_api(&api(&cli)?, args, &mut out).await })
         }

@@ -47,3 +47,36 @@ pub async fn run(path: &Path, args: &LogsArgs, out: &mut dyn Write) -> anyhow::R
     }
     Ok(())
 }
+
+/// `talosctl dmesg --init-socket` (development): the node's kernel log from init's control
+/// socket, record by record as upstream prints them.
+pub async fn dmesg(
+    path: &Path,
+    args: &crate::remote::DmesgArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut client = connect(path)?;
+    let mut stream = client
+        .dmesg(proto::init::DmesgRequest {
+            follow: args.follow,
+            tail: args.tail,
+        })
+        .await
+        .map_err(|s| call_error(path, "cannot read the kernel log", s))?
+        .into_inner();
+    while let Some(record) = stream
+        .message()
+        .await
+        .map_err(|s| call_error(path, "kernel log stream broken", s))?
+    {
+        if record.error.is_empty() {
+            out.write_all(&record.line)?;
+        } else {
+            eprintln!("{}", record.error);
+        }
+        if args.follow {
+            out.flush()?;
+        }
+    }
+    Ok(())
+}

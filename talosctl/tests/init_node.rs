@@ -381,6 +381,21 @@ async fn logs_tail_and_follow_and_shutdown_ends_the_node() {
         stdout(&out)
     );
 
+    // The kernel log through init's control socket: a test node shares the host's /dev, so
+    // init reads the host kernel's records (a local cluster's node is given no /dev/kmsg).
+    let out = talosctl(&node, &["dmesg"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(!text.is_empty(), "the kernel has logged something");
+    assert!(
+        text.lines()
+            .filter(|l| !l.starts_with(' '))
+            .all(|l| l.split(": ").count() >= 3 && l.contains(": ["))
+            && text.lines().next().is_some_and(|l| l.contains("]: ")),
+        "upstream's record format: {}",
+        &text[..text.len().min(400)]
+    );
+
     let out = talosctl(&node, &["shutdown"]);
     assert!(out.status.success(), "{out:?}");
     let status = node.wait_exit(Duration::from_secs(30)).expect("init ended");
