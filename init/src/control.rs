@@ -37,7 +37,13 @@ pub struct Control {
     delegate: Option<(String, u32)>,
     /// The config writer (none without a broker to write to).
     applier: Option<Arc<Applier>>,
+    /// Slots of the streams that stay open (a followed log, the kernel log): each holds a task
+    /// and, for the kernel log, a file descriptor of init's, so their number is bounded.
+    streams: Arc<tokio::sync::Semaphore>,
 }
+
+/// Streams open at once ([`Control`]'s `streams`): followed logs and kernel logs together.
+pub const MAX_OPEN_STREAMS: usize = 64;
 
 impl Control {
     /// The API; power requests go to `power`; `delegate` (a daemon's name and uid) may call it
@@ -53,6 +59,7 @@ impl Control {
             power,
             delegate,
             applier,
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_STREAMS)),
         }
     }
 
@@ -76,6 +83,16 @@ impl Control {
                 "the peer's credentials are unknown",
             )),
         }
+    }
+
+    /// A slot for a stream that stays open, or RESOURCE_EXHAUSTED.
+    fn stream_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.streams.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{MAX_OPEN_STREAMS} followed logs and kernel logs are open on init's control \
+                 socket: close some first"
+            ))
+        })
     }
 }
 
@@ -168,7 +185,13 @@ impl Init for Control {
         let mut last = tail.last().map(|l| l.seq);
         let (tx, out) = mpsc::channel::<Result<LogLine, Status>>(64);
         let follow = r.follow;
+        let slot = if follow {
+            Some(self.stream_slot()?)
+        } else {
+            None
+        };
         tokio::spawn(async move {
+            let _slot = slot;
             for l in tail {
                 if tx
                     .send(Ok(LogLine {
@@ -219,6 +242,7 @@ impl Init for Control {
     /// says so (FailedPrecondition).
     async fn dmesg(&self, req: Request<DmesgRequest>) -> Result<Response<LogStream>, Status> {
         self.admin(&req)?;
+        let slot = self.stream_slot()?;
         let r = req.into_inner();
         let records = crate::kmsg::read(Path::new(crate::kmsg::KMSG), r.follow, r.tail).map_err(
             |e| match e {
@@ -226,7 +250,8 @@ impl Init for Control {
                 crate::kmsg::KmsgError::Io { .. } => Status::unavailable(e.to_string()),
             },
         )?;
-        let lines = tokio_stream::wrappers::ReceiverStream::new(records).map(|r| {
+        let lines = tokio_stream::wrappers::ReceiverStream::new(records).map(move |r| {
+            let _slot = &slot;
             Ok(match r {
                 Ok(line) => LogLine {
                     line: line.into_bytes(),

@@ -710,3 +710,73 @@ async fn dev_mode_seeds_the_config_and_shuts_down_in_reverse_order() {
     assert!(stop("test-a") < stop("stated"));
     assert!(node.leftovers().is_empty(), "nothing of the node runs");
 }
+
+#[tokio::test]
+async fn open_log_streams_on_the_control_socket_are_bounded() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let node = Node::builder().start();
+    node.wait_healthy(&["stated", "networkd"], T).await;
+    let max = init::control::MAX_OPEN_STREAMS;
+    // Followed logs and kernel logs share the bound (a test node sees the host's /dev/kmsg).
+    let mut open = Vec::new();
+    for i in 0..max {
+        let mut c = node.control();
+        let s = if i % 2 == 0 {
+            c.logs(proto::init::LogsRequest {
+                id: "stated".into(),
+                tail: 0,
+                follow: true,
+            })
+            .await
+            .map(|r| Box::new(r.into_inner()) as Box<dyn std::any::Any>)
+        } else {
+            c.dmesg(proto::init::DmesgRequest {
+                follow: true,
+                tail: true,
+            })
+            .await
+            .map(|r| Box::new(r.into_inner()) as Box<dyn std::any::Any>)
+        };
+        open.push(s.unwrap_or_else(|e| panic!("stream {i} of {max}: {e:?}")));
+    }
+    let e = node
+        .control()
+        .dmesg(proto::init::DmesgRequest {
+            follow: true,
+            tail: true,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    // A log read to its end needs no slot; init still answers everything else.
+    node.control()
+        .logs(proto::init::LogsRequest {
+            id: "stated".into(),
+            tail: 1,
+            follow: false,
+        })
+        .await
+        .unwrap();
+    assert!(node.list().await.is_ok());
+    // Closed streams give their slots back.
+    drop(open);
+    let end = std::time::Instant::now() + T;
+    loop {
+        match node
+            .control()
+            .dmesg(proto::init::DmesgRequest {
+                follow: true,
+                tail: true,
+            })
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+                assert!(std::time::Instant::now() < end, "slots never came back");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
