@@ -15,8 +15,8 @@
 //!   through init's control socket ([`remote`]: the same through apid);
 //! - [`audit`]: the observed sandbox of every daemon and its exposure score;
 //! - [`cluster`]: local clusters of nodes in namespaces (`cluster create|show|destroy`);
-//! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info|endpoint|node|add|remove|merge`, and `config new`
-//!   through the Talos API);
+//! - [`talosconfig`]: the talosconfig file and its contexts (`config contexts|context|info|
+//!   endpoint|node|add|remove|merge`; `config new` through the Talos API);
 //! - [`gen`]: secrets bundles, machine configurations and talosconfigs (`gen secrets|config`);
 //! - [`version`]: the client's and each node's version, through apid ([`api`]: mutual TLS with
 //!   the talosconfig's credentials).
@@ -153,8 +153,8 @@ pub enum Command {
     /// Print the output of a daemon or service (init's in-memory ring buffer).
     Logs(logs::LogsArgs),
 
-    /// Print the node's kernel log (through the Talos API; a container-mode node has none of
-    /// its own).
+    /// Print the node's kernel log (a container-mode node of a local cluster has none of its
+    /// own and says so).
     Dmesg(remote::DmesgArgs),
 
     /// Audit the observed sandbox of every daemon (exposure on the systemd-analyze model).
@@ -177,7 +177,8 @@ pub enum Command {
     #[command(subcommand)]
     Cluster(cluster::Command),
 
-    /// Manage the client configuration file (talosconfig): contexts, endpoints, nodes, new certificates.
+    /// Manage the client configuration file (talosconfig): contexts, endpoints, nodes, new
+    /// client certificates.
     #[command(subcommand)]
     Config(talosconfig::Command),
 
