@@ -65,6 +65,8 @@ const MAX_CHANNELS: usize = 64;
 /// Calls this apid has open at once on its connection to one node: what that node's apid
 /// allows a connection ([`crate::run::MAX_STREAMS_PER_CONNECTION`]).
 pub const PEER_CALLS: usize = crate::run::MAX_STREAMS_PER_CONNECTION;
+/// Of those, the calls one client connection may have open to one node.
+pub const PEER_CALLS_PER_CALLER: usize = PEER_CALLS / 4;
 /// gRPC's message header: compressed flag, length.
 const HEADER: usize = 5;
 
@@ -356,6 +358,26 @@ pub struct Peers {
     identity: Arc<RwLock<Option<Identity>>>,
     port: u16,
     cache: Arc<Mutex<Cache>>,
+    /// Calls each client connection has open to each node.
+    callers: Arc<Mutex<HashMap<(SocketAddr, IpAddr), usize>>>,
+}
+
+/// One call of a client connection to a node, counted until dropped.
+struct CallerSlot {
+    callers: Arc<Mutex<HashMap<(SocketAddr, IpAddr), usize>>>,
+    key: (SocketAddr, IpAddr),
+}
+
+impl Drop for CallerSlot {
+    fn drop(&mut self) {
+        let mut callers = self.callers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = callers.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                callers.remove(&self.key);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -371,7 +393,27 @@ impl Peers {
             identity,
             port,
             cache: Arc::default(),
+            callers: Arc::default(),
         }
+    }
+
+    /// A slot for one more call of client connection `caller` to `ip`, or RESOURCE_EXHAUSTED
+    /// past [`PEER_CALLS_PER_CALLER`]: one client cannot take every call the shared connection
+    /// to a node carries.
+    fn caller_slot(&self, caller: SocketAddr, ip: IpAddr) -> Result<CallerSlot, Status> {
+        let mut callers = self.callers.lock().unwrap_or_else(|e| e.into_inner());
+        let n = callers.entry((caller, ip)).or_insert(0);
+        if *n >= PEER_CALLS_PER_CALLER {
+            return Err(Status::resource_exhausted(format!(
+                "node {ip}: this connection has {PEER_CALLS_PER_CALLER} calls open to it \
+                 already (the most one client connection may): try again when some have ended"
+            )));
+        }
+        *n += 1;
+        Ok(CallerSlot {
+            callers: self.callers.clone(),
+            key: (caller, ip),
+        })
     }
 
     /// The shared channel to `ip`'s apid and its count of calls in flight.
@@ -418,12 +460,18 @@ impl Peers {
     }
 }
 
-/// The request as it goes to other nodes: path and the headers kept.
+/// The request as it goes to other nodes: path and the headers kept, and (not sent) the
+/// client connection it came on.
 #[derive(Clone, Debug)]
 struct Outgoing {
     uri: http::Uri,
     headers: HeaderMap,
+    caller: Option<SocketAddr>,
 }
+
+/// In a forwarded request's extensions: the client connection it came on.
+#[derive(Clone, Copy, Debug)]
+struct Caller(SocketAddr);
 
 impl Outgoing {
     fn new(parts: &http::request::Parts, roles: &Roles) -> Result<Self, Status> {
@@ -464,7 +512,12 @@ impl Outgoing {
             .path_and_query()
             .map(|p| http::Uri::from(p.clone()))
             .ok_or_else(|| invalid("request without a path".into()))?;
-        Ok(Self { uri, headers })
+        let caller = parts.extensions.get::<tls::ConnectInfo>().map(|i| i.remote);
+        Ok(Self {
+            uri,
+            headers,
+            caller,
+        })
     }
 
     fn request(&self, body: Body) -> Request<Body> {
@@ -473,6 +526,9 @@ impl Outgoing {
         *req.version_mut() = http::Version::HTTP_2;
         *req.uri_mut() = self.uri.clone();
         *req.headers_mut() = self.headers.clone();
+        if let Some(c) = self.caller {
+            req.extensions_mut().insert(Caller(c));
+        }
         req
     }
 }
@@ -496,6 +552,10 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// held until the reply's body is dropped (a followed log holds it while it is followed).
 async fn call(peers: &Peers, ip: IpAddr, req: Request<Body>) -> Result<Response<Body>, Status> {
     let (channel, slots) = peers.channel(ip)?;
+    let caller = match req.extensions().get::<Caller>() {
+        Some(Caller(c)) => Some(peers.caller_slot(*c, ip)?),
+        None => None,
+    };
     let slot = slots.try_acquire_owned().map_err(|_| {
         Status::resource_exhausted(format!(
             "node {ip}: {PEER_CALLS} calls through this apid are open to it already (its \
@@ -516,7 +576,7 @@ async fn call(peers: &Peers, ip: IpAddr, req: Request<Body>) -> Result<Response<
         Some(s) if s.code() != Code::Ok => Err(s),
         _ => Ok(resp.map(|body| {
             Body::new(body.map_frame(move |f| {
-                let _held = &slot;
+                let _held = (&slot, &caller);
                 f
             }))
         })),

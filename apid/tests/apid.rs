@@ -710,41 +710,43 @@ async fn open_streams_to_a_node_are_bounded_with_a_clear_error_not_a_hang() {
     let port = shared_port();
     let one = node_at("127.0.0.1", "cp-1", port).await;
     let _two = node_at("127.0.0.2", "cp-2", port).await;
-    let limit = apid::proxy::PEER_CALLS;
-    // Watches of the other node's state, kept open, over two client connections (each
-    // connection to apid carries at most 64 calls itself): they fill the one connection this
-    // apid shares to 127.0.0.2.
-    let channels = [one.as_role("os:admin"), one.as_role("os:admin")];
+    let (limit, per) = (apid::proxy::PEER_CALLS, apid::proxy::PEER_CALLS_PER_CALLER);
+    let watch_two = |c: &tonic::transport::Channel| {
+        let mut c = StateClient::new(c.clone());
+        async move {
+            tokio::time::timeout(
+                T,
+                c.watch(with_metadata(
+                    watch_of("network", "HostnameStatuses.net.talos.dev"),
+                    "node",
+                    &["127.0.0.2"],
+                )),
+            )
+            .await
+            .expect("answered, not left waiting")
+        }
+    };
+    // Watches of the other node's state, kept open: each client connection may have `per` of
+    // them; `limit / per` connections fill the one connection this apid shares to 127.0.0.2.
+    let channels: Vec<_> = (0..=limit / per).map(|_| one.as_role("os:admin")).collect();
     let mut open = Vec::new();
-    for i in 0..limit {
-        let mut c = StateClient::new(channels[i % 2].clone());
-        let s = tokio::time::timeout(
-            T,
-            c.watch(with_metadata(
-                watch_of("network", "HostnameStatuses.net.talos.dev"),
-                "node",
-                &["127.0.0.2"],
-            )),
-        )
-        .await
-        .expect("a watch within the limit opens")
-        .unwrap();
-        open.push(s.into_inner());
+    for c in &channels[..limit / per] {
+        for _ in 0..per {
+            open.push(watch_two(c).await.unwrap().into_inner());
+        }
     }
-    let mut c = StateClient::new(channels[1].clone());
-    let e = tokio::time::timeout(
-        T,
-        c.watch(with_metadata(
-            watch_of("network", "HostnameStatuses.net.talos.dev"),
-            "node",
-            &["127.0.0.2"],
-        )),
-    )
-    .await
-    .expect("the call past the limit is answered, not left waiting")
-    .unwrap_err();
+    // One more on a full connection: that connection's share is used up.
+    let e = watch_two(&channels[0]).await.unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
-    assert!(e.message().contains("127.0.0.2"), "{}", e.message());
+    assert!(e.message().contains("this connection"), "{}", e.message());
+    // One more from another connection: the shared connection to the node is full.
+    let e = watch_two(&channels[limit / per]).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("127.0.0.2") && e.message().contains("open to it already"),
+        "{}",
+        e.message()
+    );
     // The node itself is still served; and once the watches end, forwarding works again.
     MachineServiceClient::new(channels[0].clone())
         .hostname(())
@@ -753,7 +755,7 @@ async fn open_streams_to_a_node_are_bounded_with_a_clear_error_not_a_hang() {
     drop(open);
     let end = Instant::now() + T;
     loop {
-        let r = MachineServiceClient::new(channels[1].clone())
+        let r = MachineServiceClient::new(channels[limit / per].clone())
             .hostname(with_metadata((), "node", &["127.0.0.2"]))
             .await;
         match r {
