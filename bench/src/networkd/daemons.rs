@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use cosi::{Query, Resource, ResourceSpec};
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS};
+use machinery::resources::config::{
+    MachineConfigSpec, ACTIVE_ID, NAMESPACE as CONFIG_NS, REDACTED_NAMESPACE as REDACTED_NS,
+};
 
 use crate::ns::{Netns, Proc};
 
@@ -100,31 +102,40 @@ impl Daemons {
         Ok(d)
     }
 
-    /// Writes the machine configuration (creates or replaces it), as `talosctl apply` would
-    /// have machined write it.
+    /// Writes the machine configuration (creates or replaces it) as init, the node's config
+    /// writer, does: the full document in `config`, and its copy without secrets in
+    /// `config-redacted`, which is the one networkd reads (written second: networkd's timer
+    /// starts at the first write, and the copy is what wakes it).
     pub async fn apply_config(&self, yaml: &str) -> Result<()> {
-        let r = Resource::new(CONFIG_NS, ACTIVE_ID, MachineConfigSpec(yaml.to_string()));
-        let mut raw = r.to_raw().context("encode the machine config")?;
-        match self
-            .client
-            .get(CONFIG_NS, MachineConfigSpec::TYPE, ACTIVE_ID)
-            .await
-        {
-            Ok(current) => {
-                raw.metadata.version = current.metadata.version;
-                raw.metadata.owner = current.metadata.owner.clone();
-                self.client
-                    .update(&raw, &current.metadata.owner, None)
-                    .await
-                    .context("update the machine config")?;
+        let redacted = machinery::config::Config::from_yaml(yaml)
+            .map_err(|e| anyhow::anyhow!("the benchmark's machine config: {e}"))?
+            .redacted()
+            .to_yaml()
+            .context("encode the redacted machine config")?;
+        for (ns, text) in [(CONFIG_NS, yaml.to_string()), (REDACTED_NS, redacted)] {
+            let r = Resource::new(ns, ACTIVE_ID, MachineConfigSpec(text));
+            let mut raw = r.to_raw().context("encode the machine config")?;
+            match self
+                .client
+                .get(ns, MachineConfigSpec::TYPE, ACTIVE_ID)
+                .await
+            {
+                Ok(current) => {
+                    raw.metadata.version = current.metadata.version;
+                    raw.metadata.owner = current.metadata.owner.clone();
+                    self.client
+                        .update(&raw, &current.metadata.owner, None)
+                        .await
+                        .with_context(|| format!("update the machine config in {ns}"))?;
+                }
+                Err(e) if e.is_not_found() => {
+                    self.client
+                        .create(&raw, "")
+                        .await
+                        .with_context(|| format!("create the machine config in {ns}"))?;
+                }
+                Err(e) => return Err(e).with_context(|| format!("get the machine config in {ns}")),
             }
-            Err(e) if e.is_not_found() => {
-                self.client
-                    .create(&raw, "")
-                    .await
-                    .context("create the machine config")?;
-            }
-            Err(e) => return Err(e).context("get the machine config"),
         }
         Ok(())
     }

@@ -3,7 +3,9 @@
 //! §3.7, §3.8).
 //!
 //! - An operator runs while its link exists and (with `requireUp`) is operationally up or
-//!   unknown. A changed spec or identity restarts it from its lease.
+//!   unknown, or up with carrier before the kernel says operationally up (ours: the kernel
+//!   reports operstate up to a second after carrier; `LinkStatusSpec::dhcp_ready`). A changed
+//!   spec or identity restarts it from its lease.
 //! - Its lease is kept in stated as `DHCP4Lease` / `DHCP6Lease` (`network`, ID = operator
 //!   ID, e.g. `dhcp4/eth0`, `dhcp6/eth0`). A restarted networkd, or a link that comes back, starts the operator from
 //!   that lease: it republishes the same specs (nothing in the kernel changes) and renews at once.
@@ -166,7 +168,7 @@ impl OperatorSpecController {
                 .await?
                 .map(|l| l.spec)
                 .filter(|l| !l.expired(now) && l.link_name == spec.link_name);
-            let should_run = link.is_some_and(|l| !spec.require_up || l.spec.oper_up());
+            let should_run = link.is_some_and(|l| !spec.require_up || l.spec.dhcp_ready());
             let identity = link.map(|l| identity(spec, &l.spec, hostname, stored.as_ref()));
 
             let restart = self.running.get(id).is_some_and(|r| {
@@ -256,7 +258,7 @@ impl OperatorSpecController {
         let mut requeue: Option<Duration> = None;
         for (id, spec) in specs {
             let link = links.iter().find(|l| l.id() == spec.link_name);
-            let should_run = link.is_some_and(|l| !spec.require_up || l.spec.oper_up());
+            let should_run = link.is_some_and(|l| !spec.require_up || l.spec.dhcp_ready());
             let stored = ctx
                 .get::<Dhcp6LeaseSpec>(NAMESPACE, id)
                 .await?

@@ -94,6 +94,17 @@ impl LinkStatusSpec {
         self.r#type == LinkType::ETHER && self.kind.is_empty()
     }
 
+    /// Whether a DHCP client may start on the link: [`oper_up`](Self::oper_up), or already
+    /// administratively up with carrier (`IFF_UP` and `IFF_LOWER_UP`, which the kernel sets in
+    /// the first link event after `ip link set up`). Ours, on purpose: upstream waits for
+    /// operstate UP, which the kernel's linkwatch reports up to a second later for every
+    /// device whose ifindex equals its iflink (every physical NIC), and a DISCOVER sent on
+    /// carrier is answered just the same.
+    pub fn dhcp_ready(&self) -> bool {
+        self.oper_up()
+            || (self.flags.contains(LinkFlags::UP) && self.flags.contains(LinkFlags::LOWER_UP))
+    }
+
     /// Whether the link counts as up for operators and node addresses: operstate up or unknown.
     pub fn oper_up(&self) -> bool {
         matches!(
@@ -123,3 +134,25 @@ impl ResourceSpec for LinkStatusSpec {
 
 /// A `LinkStatus` resource.
 pub type LinkStatus = Resource<LinkStatusSpec>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dhcp_may_start_on_carrier_before_operstate_up() {
+        let link = |state, flags| LinkStatusSpec {
+            operational_state: state,
+            flags,
+            ..LinkStatusSpec::default()
+        };
+        // The first event after `ip link set up`: carrier, operstate not yet up.
+        let carrier = link(OperationalState::Down, LinkFlags::UP | LinkFlags::LOWER_UP);
+        assert!(!carrier.oper_up() && carrier.dhcp_ready());
+        assert!(link(OperationalState::Up, LinkFlags::UP | LinkFlags::LOWER_UP).dhcp_ready());
+        assert!(link(OperationalState::Unknown, LinkFlags::UP).dhcp_ready());
+        // Up without carrier, or carrier while administratively down: not yet.
+        assert!(!link(OperationalState::Down, LinkFlags::UP).dhcp_ready());
+        assert!(!link(OperationalState::Down, LinkFlags::LOWER_UP).dhcp_ready());
+    }
+}
