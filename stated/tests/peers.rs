@@ -116,7 +116,59 @@ async fn a_daemon_writes_only_its_namespaces() {
     h.client.get("network", T, "eth0").await.unwrap();
 }
 
-/// The other side of the test above: runs only when re-executed with the environment set.
+const CLIENT_REQUESTS: &str = "ClientCertificateRequests.apid.talos.dev";
+const CLIENT_CERTIFICATES: &str = "ClientCertificates.secrets.talos.dev";
+const CLIENT_OWNER: &str = "apid.GenerateClientConfiguration";
+
+/// secretsd signs, with the OS CA, whatever CSR is in `apid/ClientCertificateRequests`: with
+/// the node's own manifest, only apid's uid may write there (another daemon is refused
+/// whatever owner it names), and only apid and secretsd read the answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_shipped_manifest_only_apid_asks_secretsd_for_client_certificates() {
+    if !testkit::require_root("it runs clients under other uids") {
+        return;
+    }
+    let paths = machinery::manifest::Paths {
+        root: "/".into(),
+        bin: "/bin".into(),
+    };
+    let manifest =
+        stated::Manifest::parse(include_str!("../../rootfs/etc/daemons.yaml"), &paths).unwrap();
+    let h = Harness::start_with(Some(manifest)).await;
+    std::fs::set_permissions(h.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    h.client
+        .define_types(&machinery::resources::definitions(), "")
+        .await
+        .unwrap();
+    let socket = h.socket.clone();
+    let (networkd, trustd, secretsd, apid) = tokio::task::spawn_blocking(move || {
+        (
+            run_as(1_990_000_011, &socket, "ask-for-a-client-certificate"),
+            run_as(1_990_000_013, &socket, "ask-for-a-client-certificate"),
+            run_as(
+                1_990_000_012,
+                &socket,
+                "ask-for-a-client-certificate-as-signer",
+            ),
+            run_as(1_990_000_014, &socket, "apid-asks"),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(networkd, "networkd's uid");
+    assert!(trustd, "trustd's uid");
+    assert!(secretsd, "secretsd's uid");
+    assert!(apid, "apid's uid");
+    let requests = h
+        .client
+        .list("apid", CLIENT_REQUESTS, &cosi::Query::default())
+        .await
+        .unwrap();
+    let ids: Vec<&str> = requests.iter().map(|r| r.metadata.id.as_str()).collect();
+    assert_eq!(ids, vec!["real"], "only apid's request is there");
+}
+
+/// The other side of the tests above: runs only when re-executed with the environment set.
 #[tokio::test]
 #[ignore = "run by a_daemon_writes_only_its_namespaces under another uid"]
 async fn child_client() {
@@ -224,6 +276,45 @@ async fn child_client() {
             assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
         }
         "hijack-networkd" => hijack_as_networkd(&c).await,
+        "ask-for-a-client-certificate" => {
+            // Any daemon but apid: refused, whatever owner it names; and no daemon but apid
+            // (and secretsd, which signs them) reads the answers.
+            let e = c
+                .create(&res("apid", CLIENT_REQUESTS, "forged", "x"), CLIENT_OWNER)
+                .await
+                .expect_err("a request in apid's namespace");
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+            let e = c
+                .list("secrets", CLIENT_CERTIFICATES, &cosi::Query::default())
+                .await
+                .expect_err("secretsd's answers");
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+        }
+        "ask-for-a-client-certificate-as-signer" => {
+            // secretsd reads the requests and writes the answers, but writes no request.
+            let e = c
+                .create(&res("apid", CLIENT_REQUESTS, "forged", "x"), CLIENT_OWNER)
+                .await
+                .expect_err("a request in apid's namespace");
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+            c.list("apid", CLIENT_REQUESTS, &cosi::Query::default())
+                .await
+                .unwrap();
+        }
+        "apid-asks" => {
+            c.create(&res("apid", CLIENT_REQUESTS, "real", "x"), CLIENT_OWNER)
+                .await
+                .unwrap();
+            // apid reads secretsd's answers (none yet), not the CA key beside them.
+            c.list("secrets", CLIENT_CERTIFICATES, &cosi::Query::default())
+                .await
+                .unwrap();
+            let e = c
+                .get("secrets", "OSRootSecrets.secrets.talos.dev", "os")
+                .await
+                .expect_err("the OS root");
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+        }
         "hijack-blockd" => hijack_as_blockd(&c).await,
         other => panic!("unknown role {other}"),
     }
