@@ -82,7 +82,8 @@ pub fn format(record: &str, boot: SystemTime) -> Result<String, String> {
         .copied()
         .unwrap_or("unknown");
     let priority = PRIORITIES[usize::try_from(prio & 7).unwrap_or(0)];
-    let at = boot + Duration::from_micros(clock);
+    // A clock past what SystemTime holds is not a time: the boot time stands in.
+    let at = boot.checked_add(Duration::from_micros(clock)).unwrap_or(boot);
     Ok(format!(
         "{facility}: {priority:>7}: [{}]: {message}",
         machinery::rfc3339::rfc3339(at)
@@ -193,6 +194,9 @@ mod tests {
             .unwrap_err()
             .contains("at least 3 parts"));
         assert!(format("x,1,2;m", boot).unwrap_err().contains("priority"));
+        // Absurd numbers do not panic.
+        let huge = format!("{},1,{};m", u64::MAX, u64::MAX);
+        assert!(format(&huge, boot).unwrap().starts_with("unknown:   debug: ["));
     }
 
     #[test]
