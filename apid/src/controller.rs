@@ -74,7 +74,7 @@ pub struct CertificateController {
 const MAINTENANCE_VALIDITY: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 
 /// A self-signed server certificate for the maintenance API: a throwaway CA (its key dropped
-/// at once) signs a leaf for server authentication; returns it with its fingerprint.
+/// at once) signs a leaf for server authentication.
 fn maintenance_certificate() -> Result<MaintenanceCertificateSpec, String> {
     let now = std::time::SystemTime::now();
     let subject = Subject {
@@ -95,31 +95,30 @@ fn maintenance_certificate() -> Result<MaintenanceCertificateSpec, String> {
     }
     .issue((&ca.0, &ca.1), now, MAINTENANCE_VALIDITY)
     .map_err(|e| e.to_string())?;
-    let fingerprint = crt.fingerprint().map_err(|e| e.to_string())?;
     let key = key.to_pem().map_err(|e| e.to_string())?;
     Ok(MaintenanceCertificateSpec {
         server: CertificateAndKey {
             crt: crt.to_pem(),
             key,
         },
-        fingerprint,
     })
 }
 
-/// A stored maintenance certificate still worth serving: it parses, its key is its own, its
-/// fingerprint is what it says, and it is valid for another day.
-fn still_good(
-    stored: &MaintenanceCertificateSpec,
-) -> Option<machinery::tls::rustls::sign::CertifiedKey> {
-    let crt = Certificate::from_pem(stored.server.crt.as_bytes()).ok()?;
-    let info = crt.info().ok()?;
+type Served = (machinery::tls::rustls::sign::CertifiedKey, String);
+
+/// What apid serves of a maintenance certificate: the key pair and the fingerprint it logs;
+/// an error when the certificate does not parse, its key is not its own, or it ends within a
+/// day (a stored one is then replaced).
+fn served(spec: &MaintenanceCertificateSpec) -> Result<Served, String> {
+    let crt = Certificate::from_pem(spec.server.crt.as_bytes()).map_err(|e| e.to_string())?;
+    let info = crt.info().map_err(|e| e.to_string())?;
     let day = std::time::Duration::from_secs(24 * 3600);
-    if info.not_after < std::time::SystemTime::now() + day
-        || crt.fingerprint().ok()? != stored.fingerprint
-    {
-        return None;
+    if info.not_after < std::time::SystemTime::now() + day {
+        return Err("it expires within a day".into());
     }
-    certified_key(&stored.server.crt, &stored.server.key).ok()
+    let fingerprint = crt.fingerprint().map_err(|e| e.to_string())?;
+    let ck = certified_key(&spec.server.crt, &spec.server.key).map_err(|e| e.to_string())?;
+    Ok((ck, fingerprint))
 }
 
 impl CertificateController {
@@ -155,28 +154,19 @@ impl CertificateController {
                     .get::<MaintenanceCertificateSpec>(APID_NS, MAINTENANCE_ID)
                     .await?
                     .map(|r| r.spec);
-                let reused = stored.and_then(|s| still_good(&s).map(|ck| (ck, s)));
-                let (ck, spec, fresh) = match reused {
-                    Some((ck, spec)) => (ck, spec, false),
-                    None => {
-                        let made = match maintenance_certificate() {
-                            Ok(m) => m,
-                            Err(e) => {
-                                self.report(Some(format!("maintenance certificate: {e}")));
-                                return Ok(Action::AwaitChange);
-                            }
-                        };
-                        let ck = match certified_key(&made.server.crt, &made.server.key) {
-                            Ok(ck) => ck,
-                            Err(e) => {
-                                self.report(Some(format!("maintenance certificate: {e}")));
-                                return Ok(Action::AwaitChange);
-                            }
-                        };
-                        (ck, made, true)
-                    }
+                let reused = stored.and_then(|s| served(&s).ok().map(|(ck, fp)| (ck, fp, s)));
+                let (ck, fp, spec, fresh) = match reused {
+                    Some((ck, fp, spec)) => (ck, fp, spec, false),
+                    None => match maintenance_certificate()
+                        .and_then(|made| served(&made).map(|(ck, fp)| (ck, fp, made)))
+                    {
+                        Ok((ck, fp, made)) => (ck, fp, made, true),
+                        Err(e) => {
+                            self.report(Some(format!("maintenance certificate: {e}")));
+                            return Ok(Action::AwaitChange);
+                        }
+                    },
                 };
-                let fp = spec.fingerprint.clone();
                 tracing::warn!(
                     fingerprint = %fp,
                     reused = !fresh,

@@ -83,7 +83,9 @@ pub fn format(record: &str, boot: SystemTime) -> Result<String, String> {
         .unwrap_or("unknown");
     let priority = PRIORITIES[usize::try_from(prio & 7).unwrap_or(0)];
     // A clock past what SystemTime holds is not a time: the boot time stands in.
-    let at = boot.checked_add(Duration::from_micros(clock)).unwrap_or(boot);
+    let at = boot
+        .checked_add(Duration::from_micros(clock))
+        .unwrap_or(boot);
     Ok(format!(
         "{facility}: {priority:>7}: [{}]: {message}",
         machinery::rfc3339::rfc3339(at)
@@ -196,7 +198,9 @@ mod tests {
         assert!(format("x,1,2;m", boot).unwrap_err().contains("priority"));
         // Absurd numbers do not panic.
         let huge = format!("{},1,{};m", u64::MAX, u64::MAX);
-        assert!(format(&huge, boot).unwrap().starts_with("unknown:   debug: ["));
+        assert!(format(&huge, boot)
+            .unwrap()
+            .starts_with("unknown:   debug: ["));
     }
 
     #[test]

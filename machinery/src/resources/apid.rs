@@ -63,8 +63,6 @@ pub const MAINTENANCE_ID: &str = "maintenance";
 pub struct MaintenanceCertificateSpec {
     /// The certificate and its key.
     pub server: crate::resources::secrets::CertificateAndKey,
-    /// Its fingerprint (base64 SHA-256 of the SubjectPublicKeyInfo), as logged.
-    pub fingerprint: String,
 }
 
 impl ResourceSpec for MaintenanceCertificateSpec {
@@ -72,9 +70,7 @@ impl ResourceSpec for MaintenanceCertificateSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
-        ResourceDefinition::new(Self::TYPE, NAMESPACE)
-            .sensitive()
-            .with_columns(&[("Fingerprint", "{.fingerprint}")])
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).sensitive()
     }
 }
 
