@@ -42,34 +42,6 @@ struct Args {
     netns: Option<PathBuf>,
 }
 
-/// TCP connections made from inside the network namespace at `netns`, each by a thread of its
-/// own that enters it (no other thread changes namespace).
-fn dial_in(
-    netns: PathBuf,
-) -> impl Fn(std::net::SocketAddr) -> machinery::tls::Dial + Clone + Send + 'static {
-    move |addr| {
-        let netns = netns.clone();
-        Box::pin(async move {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            std::thread::spawn(move || {
-                let r = (|| {
-                    let ns = std::fs::File::open(&netns)?;
-                    nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
-                    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-                    s.set_nodelay(true)?;
-                    s.set_nonblocking(true)?;
-                    Ok::<_, std::io::Error>(s)
-                })();
-                let _ = tx.send(r);
-            });
-            let s = rx
-                .await
-                .map_err(|_| std::io::Error::other("the dialing thread died"))??;
-            tokio::net::TcpStream::from_std(s)
-        })
-    }
-}
-
 /// The namespace the benchmark's resources go to (one of the node's, nothing reads this type).
 const NS: &str = "apid";
 
@@ -209,7 +181,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let inside = cosi::Client::over(
             api.channel_via(
                 std::net::SocketAddr::from(([127, 0, 0, 1], 50000)),
-                dial_in(netns.clone()),
+                sandbox::netns::dial_in(Ok(netns.clone()), Duration::from_secs(5)),
             )?,
             "apid in the node",
         );

@@ -145,9 +145,7 @@ pub struct NodeBuilder {
 }
 
 /// A TCP connection being opened (the shape of `machinery::tls::Dial`).
-pub type Dial = std::pin::Pin<
-    Box<dyn std::future::Future<Output = std::io::Result<tokio::net::TcpStream>> + Send>,
->;
+pub use sandbox::netns::Dial;
 
 /// The binaries a node needs, in the target directory.
 pub const BINARIES: &[&str] = &[
@@ -520,29 +518,9 @@ impl Node {
     pub fn dial(&self) -> impl Fn(std::net::SocketAddr) -> Dial + Clone + Send + 'static {
         let netns = self
             .init_host_pid()
-            .map(|p| PathBuf::from(format!("/proc/{p}/ns/net")));
-        move |addr| {
-            let netns = netns.clone();
-            Box::pin(async move {
-                let netns = netns.ok_or_else(|| std::io::Error::other("init is not running"))?;
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                std::thread::spawn(move || {
-                    let r = (|| {
-                        let ns = std::fs::File::open(&netns)?;
-                        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
-                        let s =
-                            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-                        s.set_nonblocking(true)?;
-                        Ok::<_, std::io::Error>(s)
-                    })();
-                    let _ = tx.send(r);
-                });
-                let s = rx
-                    .await
-                    .map_err(|_| std::io::Error::other("the dialing thread died"))??;
-                tokio::net::TcpStream::from_std(s)
-            })
-        }
+            .map(|p| PathBuf::from(format!("/proc/{p}/ns/net")))
+            .ok_or_else(|| "init is not running".to_string());
+        sandbox::netns::dial_in(netns, Duration::from_secs(5))
     }
 
     /// Runs a command in the node's network namespace and returns its stdout.

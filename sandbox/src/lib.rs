@@ -17,6 +17,7 @@
 pub mod capset;
 pub mod daemon;
 pub mod landlock;
+pub mod netns;
 pub mod observe;
 pub mod policy;
 pub mod prepare;
