@@ -168,6 +168,28 @@ impl StateService {
         })
     }
 
+    /// Runs a store write: on a blocking thread when it is of a durable namespace (it waits for
+    /// the disk, which must not stall this async worker and the calls and watches it serves),
+    /// inline otherwise.
+    async fn write<T: Send + 'static>(
+        &self,
+        ns: &str,
+        f: impl FnOnce(&Store) -> Result<T, StateError> + Send + 'static,
+    ) -> Result<T, StateError> {
+        if !self.store.is_durable(ns) {
+            return f(&self.store);
+        }
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| {
+                StateError::new(
+                    ErrorKind::Other,
+                    format!("a durable write did not finish: {e}"),
+                )
+            })?
+    }
+
     /// The `meta` write lock, for a write to `meta`.
     fn lock_meta(&self, r: &RawResource) -> Option<std::sync::MutexGuard<'_, ()>> {
         (r.metadata.namespace == META_NAMESPACE)
@@ -437,9 +459,17 @@ impl proto::state_server::State for StateService {
         let res = resource_of(r.resource)?;
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
         check_request("", None, &owner)?;
-        let _meta = self.lock_meta(&res);
-        let owner = self.check_write(&peer, &res, &owner, false)?;
-        let created = self.store.create(res, &owner).map_err(status)?;
+        let created = if res.metadata.namespace == META_NAMESPACE {
+            let _meta = self.lock_meta(&res);
+            let owner = self.check_write(&peer, &res, &owner, false)?;
+            self.store.create(res, &owner).map_err(status)?
+        } else {
+            let owner = self.check_write(&peer, &res, &owner, false)?;
+            let ns = res.metadata.namespace.clone();
+            self.write(&ns, move |s| s.create(res, &owner))
+                .await
+                .map_err(status)?
+        };
         Ok(Response::new(proto::CreateResponse {
             resource: Some(created.to_proto()),
         }))
@@ -454,15 +484,23 @@ impl proto::state_server::State for StateService {
         let res = resource_of(r.new_resource)?;
         let opts = r.options.unwrap_or_default();
         check_request("", None, &opts.owner)?;
-        let _meta = self.lock_meta(&res);
-        let owner = self.check_write(&peer, &res, &opts.owner, true)?;
         let phase = opts
             .expected_phase
             .as_deref()
             .map(Phase::parse)
             .transpose()
             .map_err(status)?;
-        let updated = self.store.update(res, &owner, phase).map_err(status)?;
+        let updated = if res.metadata.namespace == META_NAMESPACE {
+            let _meta = self.lock_meta(&res);
+            let owner = self.check_write(&peer, &res, &opts.owner, true)?;
+            self.store.update(res, &owner, phase).map_err(status)?
+        } else {
+            let owner = self.check_write(&peer, &res, &opts.owner, true)?;
+            let ns = res.metadata.namespace.clone();
+            self.write(&ns, move |s| s.update(res, &owner, phase))
+                .await
+                .map_err(status)?
+        };
         Ok(Response::new(proto::UpdateResponse {
             resource: Some(updated.to_proto()),
         }))
@@ -486,9 +524,12 @@ impl proto::state_server::State for StateService {
         self.policy
             .check(&peer, &r.namespace, Access::Write)
             .map_err(status)?;
-        self.store
-            .destroy(&r.namespace, &r.r#type, &r.id, &owner)
-            .map_err(status)?;
+        let ns = r.namespace.clone();
+        self.write(&ns, move |s| {
+            s.destroy(&r.namespace, &r.r#type, &r.id, &owner)
+        })
+        .await
+        .map_err(status)?;
         Ok(Response::new(proto::DestroyResponse {}))
     }
 
@@ -623,9 +664,12 @@ impl proto::state_server::State for StateService {
         let r = req.into_inner();
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
         check_request(&r.r#type, Some(&r.id), &owner)?;
+        let ns = r.namespace.clone();
         let ready = self
-            .store
-            .teardown(&r.namespace, &r.r#type, &r.id, &owner)
+            .write(&ns, move |s| {
+                s.teardown(&r.namespace, &r.r#type, &r.id, &owner)
+            })
+            .await
             .map_err(status)?;
         Ok(Response::new(proto::TeardownResponse {
             destroy_ready: ready,
@@ -641,13 +685,20 @@ impl proto::state_server::State for StateService {
         let owner = r.options.map(|o| o.owner).unwrap_or_default();
         check_request(&r.r#type, Some(&r.id), &owner)?;
         let mut notify = self.store.subscribe(&r.namespace, &r.r#type);
+        let (ns, ty, id) = (r.namespace.clone(), r.r#type.clone(), r.id.clone());
+        let o = owner.clone();
         let mut ready = self
-            .store
-            .teardown(&r.namespace, &r.r#type, &r.id, &owner)
+            .write(&r.namespace, move |s| s.teardown(&ns, &ty, &id, &o))
+            .await
             .map_err(status)?;
         loop {
             if ready {
-                match self.store.destroy(&r.namespace, &r.r#type, &r.id, &owner) {
+                let (ns, ty, id) = (r.namespace.clone(), r.r#type.clone(), r.id.clone());
+                let o = owner.clone();
+                match self
+                    .write(&r.namespace, move |s| s.destroy(&ns, &ty, &id, &o))
+                    .await
+                {
                     Ok(()) => break,
                     Err(e) if e.is_not_found() => break,
                     Err(e) if e.kind() == ErrorKind::Conflict => {}
@@ -840,5 +891,120 @@ impl Watcher {
                 _ = self.tx.closed() => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::state_server::State;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    const HANG: Duration = Duration::from_secs(60);
+
+    fn req<T>(msg: T) -> Request<T> {
+        let mut r = Request::new(msg);
+        r.extensions_mut().insert(InProcessPeer(0));
+        r
+    }
+
+    fn create(ns: &str, id: &str) -> proto::CreateRequest {
+        proto::CreateRequest {
+            resource: Some(
+                RawResource {
+                    metadata: cosi::resource::Metadata::new(ns, "Things.test.dev", id),
+                    spec: b"x".to_vec(),
+                    yaml_spec: String::new(),
+                }
+                .to_proto(),
+            ),
+            options: Some(proto::CreateOptions {
+                owner: "test".into(),
+            }),
+        }
+    }
+
+    /// On a runtime of one thread, a Create of a durable namespace waiting for its disk does
+    /// not stop that thread: a Get and a Create of another namespace are answered meanwhile,
+    /// and the durable Create finishes once the disk does.
+    #[test]
+    fn a_durable_write_does_not_stall_the_async_worker() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (run, state) = (dir.path().join("run"), dir.path().join("state"));
+        let store = Arc::new(
+            Store::open(crate::store::StoreConfig {
+                run_dir: Some(&run),
+                state_dir: Some(&state),
+                durable: Box::new(|ns| ns == "config"),
+                namespaces: Vec::new(),
+                history: 64,
+                limits: crate::store::Limits::default(),
+            })
+            .expect("the store opens"),
+        );
+        let (entered_tx, entered) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let release_rx = std::sync::Mutex::new(release_rx);
+        store.pause_durable_writes(Some(Arc::new(move || {
+            let _ = entered_tx.send(());
+            let _ = release_rx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .recv_timeout(HANG);
+        })));
+        let service = StateService::new(
+            store.clone(),
+            Arc::new(Policy::standalone()),
+            PeerLimits::default(),
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (done_tx, done) = mpsc::channel();
+        // The runtime's only thread is this test's: if the durable write blocked it, nothing
+        // below would run and `done` would never come.
+        let watchdog = std::thread::spawn(move || done.recv_timeout(HANG));
+        rt.block_on(async move {
+            let mut entered = entered;
+            let durable = {
+                let s = service.clone();
+                tokio::spawn(async move { s.create(req(create("config", "machine"))).await })
+            };
+            tokio::time::timeout(HANG, entered.recv())
+                .await
+                .expect("the durable write reaches its disk");
+            service
+                .create(req(create("net", "eth0")))
+                .await
+                .expect("a create of another namespace, meanwhile");
+            let got = service
+                .get(req(proto::GetRequest {
+                    namespace: "net".into(),
+                    r#type: "Things.test.dev".into(),
+                    id: "eth0".into(),
+                    ..Default::default()
+                }))
+                .await
+                .expect("a get, meanwhile");
+            assert!(got.into_inner().resource.is_some());
+            assert!(
+                !durable.is_finished(),
+                "the durable write did not wait for its disk"
+            );
+            release.send(()).expect("the writer waits");
+            let created = durable
+                .await
+                .expect("the durable create task")
+                .expect("the durable create");
+            let md = created.into_inner().resource.and_then(|r| r.metadata);
+            assert_eq!(md.map(|m| m.version), Some("1".to_string()));
+            let _ = done_tx.send(());
+        });
+        watchdog
+            .join()
+            .expect("the watchdog")
+            .expect("the runtime's thread was held up by a durable write");
     }
 }

@@ -160,8 +160,6 @@ struct Inner {
     history_cap: usize,
     collections: HashMap<Kind, Collection>,
     run: Option<RunFiles>,
-    durable: Option<DurableFiles>,
-    durable_namespaces: Box<dyn Fn(&str) -> bool + Send>,
     resources: usize,
     log_records: usize,
     limits: Limits,
@@ -171,9 +169,29 @@ struct Inner {
     history_events: usize,
 }
 
-/// The store. All methods are synchronous and short; watches wait on [`Store::subscribe`].
+/// A checked write that has not changed anything yet: what [`Inner::commit`] applies.
+struct Prepared {
+    kind: EventKind,
+    /// The resource after the write (before it, for a destroy).
+    resource: Arc<RawResource>,
+    /// The resource before an update.
+    old: Option<Arc<RawResource>>,
+}
+
+/// The store. All methods are synchronous; all but the writes of durable namespaces are short
+/// (the store lock is never held across a disk write that syncs). Watches wait on
+/// [`Store::subscribe`].
 pub struct Store {
     inner: Mutex<Inner>,
+    /// The durable namespaces' files, written (and synced) without the store lock.
+    durable: Option<DurableFiles>,
+    durable_namespaces: Box<dyn Fn(&str) -> bool + Send + Sync>,
+    /// Held by a write of a durable namespace from its checks to its commit, so that no other
+    /// write of a durable namespace comes between (nothing else writes those namespaces).
+    durable_writes: Mutex<()>,
+    /// Called by a durable write once its file is about to be written (tests: a slow disk).
+    #[cfg(test)]
+    durable_pause: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
 }
 
 /// Errors opening the store.
@@ -194,7 +212,7 @@ pub struct StoreConfig<'a> {
     /// Durable namespaces (across reboots).
     pub state_dir: Option<&'a Path>,
     /// Which namespaces are durable.
-    pub durable: Box<dyn Fn(&str) -> bool + Send>,
+    pub durable: Box<dyn Fn(&str) -> bool + Send + Sync>,
     /// Namespaces that exist from the start (from the manifest), with descriptions.
     pub namespaces: Vec<(String, String)>,
     /// Events kept per (namespace, type).
@@ -215,7 +233,7 @@ fn new_epoch() -> u64 {
     (x ^ (x >> 31)).max(1)
 }
 
-fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves consistent data (every mutation is a single insert
     // after all checks), so poisoning is not a reason to stop serving.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -305,8 +323,6 @@ impl Store {
             history_cap: cfg.history.max(16),
             collections: HashMap::new(),
             run: None,
-            durable: cfg.state_dir.map(DurableFiles::open).transpose()?,
-            durable_namespaces: cfg.durable,
             resources: 0,
             log_records: 0,
             limits: cfg.limits,
@@ -315,6 +331,8 @@ impl Store {
             history_bytes: 0,
             history_events: 0,
         };
+        let durable = cfg.state_dir.map(DurableFiles::open).transpose()?;
+        let durable_namespaces = cfg.durable;
         let mut fresh = true;
         if let Some(dir) = cfg.run_dir {
             let (run, loaded) = RunFiles::open(dir)?;
@@ -338,34 +356,38 @@ impl Store {
         }
         if fresh {
             // A new boot: durable namespaces come back from the state directory.
-            if let Some(d) = &inner.durable {
+            if let Some(d) = &durable {
                 let mut found = Vec::new();
-                for name in durable_names(cfg.state_dir, &cfg.namespaces, &inner.durable_namespaces)
-                {
+                for name in durable_names(cfg.state_dir, &cfg.namespaces, &durable_namespaces) {
                     found.extend(d.load(&name)?);
                 }
                 for r in found {
                     inner.load(RawResource::from_proto(r)?);
                 }
             }
-        } else if let Some(d) = &inner.durable {
+        } else if let Some(d) = &durable {
             // Restart in place: the run state is the truth; make the durable files agree with it
             // (a kill between the durable write and the log append leaves them one write ahead).
             let namespaces: Vec<String> = inner
                 .collections
                 .keys()
                 .map(|k| k.0.clone())
-                .filter(|ns| (inner.durable_namespaces)(ns))
+                .filter(|ns| durable_namespaces(ns))
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect();
             for ns in namespaces {
-                d.write(&ns, inner.namespace_items(&ns))
+                d.write(&ns, inner.namespace_items(&ns).map(|r| r.as_ref()))
                     .map_err(OpenError::Persist)?;
             }
         }
         let store = Store {
             inner: Mutex::new(inner),
+            durable,
+            durable_namespaces,
+            durable_writes: Mutex::new(()),
+            #[cfg(test)]
+            durable_pause: Mutex::new(None),
         };
         store.register_meta(&cfg.namespaces)?;
         {
@@ -415,23 +437,77 @@ impl Store {
     ) -> Result<(), StateError> {
         let bytes = cosi::resource::encode_spec(spec)
             .map_err(|e| StateError::new(ErrorKind::Other, cosi::error::Chain(&e).to_string()))?;
-        let mut inner = lock(&self.inner);
-        match inner.get(ns, ty, id) {
-            Some(cur) if cur.spec == bytes => Ok(()),
-            Some(cur) => {
-                let mut r = (*cur).clone();
-                r.spec = bytes;
-                inner.update(r, STATED_OWNER, None).map(|_| ())
+        self.write(ns, |inner| {
+            let w = match inner.get(ns, ty, id) {
+                Some(cur) if cur.spec == bytes => None,
+                Some(cur) => {
+                    let mut r = (*cur).clone();
+                    r.spec = bytes;
+                    Some(inner.prepare_update(r, STATED_OWNER, None)?)
+                }
+                None => {
+                    let r = RawResource {
+                        metadata: Metadata::new(ns, ty, id),
+                        spec: bytes,
+                        yaml_spec: String::new(),
+                    };
+                    Some(inner.prepare_create(r, STATED_OWNER)?)
+                }
+            };
+            Ok((w, ()))
+        })
+    }
+
+    /// Whether writes of `ns` are durable (written to the state directory, synced, before they
+    /// are acknowledged). Such a write waits for the disk: call it where blocking is allowed.
+    pub fn is_durable(&self, ns: &str) -> bool {
+        self.durable.is_some() && (self.durable_namespaces)(ns)
+    }
+
+    /// Checks a write with `op` and commits it. The write of a durable namespace's file, and
+    /// its sync, happen without the store lock: other writers and watchers do not wait for the
+    /// disk. Nothing changes in memory if persisting fails.
+    fn write<T>(
+        &self,
+        ns: &str,
+        op: impl FnOnce(&Inner) -> Result<(Option<Prepared>, T), StateError>,
+    ) -> Result<T, StateError> {
+        let durable = match &self.durable {
+            Some(d) if (self.durable_namespaces)(ns) => d,
+            _ => {
+                let mut inner = lock(&self.inner);
+                let (w, out) = op(&inner)?;
+                if let Some(w) = w {
+                    inner.commit(w)?;
+                }
+                return Ok(out);
             }
-            None => {
-                let r = RawResource {
-                    metadata: Metadata::new(ns, ty, id),
-                    spec: bytes,
-                    yaml_spec: String::new(),
-                };
-                inner.create(r, STATED_OWNER).map(|_| ())
-            }
+        };
+        let _serial = lock(&self.durable_writes);
+        let (w, out, after) = {
+            let inner = lock(&self.inner);
+            let (w, out) = op(&inner)?;
+            let Some(w) = w else { return Ok(out) };
+            let after = inner.namespace_after(ns, &w);
+            (w, out, after)
+        };
+        #[cfg(test)]
+        if let Some(pause) = lock(&self.durable_pause).clone() {
+            pause();
         }
+        durable
+            .write(ns, after.iter().map(|r| r.as_ref()))
+            .map_err(persist_error)?;
+        // Nothing wrote this namespace meanwhile (`durable_writes`): the checks still hold.
+        lock(&self.inner).commit(w)?;
+        Ok(out)
+    }
+
+    /// Makes every durable write call `pause` (without the store lock) before its file is
+    /// written: a disk as slow as the test wants.
+    #[cfg(test)]
+    pub(crate) fn pause_durable_writes(&self, pause: Option<Arc<dyn Fn() + Send + Sync>>) {
+        *lock(&self.durable_pause) = pause;
     }
 
     /// The bookmark epoch of this run state.
@@ -468,7 +544,11 @@ impl Store {
     pub fn create(&self, r: RawResource, owner: &str) -> Result<Arc<RawResource>, StateError> {
         validate(&r)?;
         let ns = r.metadata.namespace.clone();
-        let created = lock(&self.inner).create(r, owner)?;
+        let created = self.write(&ns, |inner| {
+            let w = inner.prepare_create(r, owner)?;
+            let created = w.resource.clone();
+            Ok((Some(w), created))
+        })?;
         self.ensure_namespace(&ns)?;
         Ok(created)
     }
@@ -503,28 +583,38 @@ impl Store {
         expected_phase: Option<Phase>,
     ) -> Result<Arc<RawResource>, StateError> {
         validate(&r)?;
-        lock(&self.inner).update(r, owner, expected_phase)
+        let ns = r.metadata.namespace.clone();
+        self.write(&ns, |inner| {
+            let w = inner.prepare_update(r, owner, expected_phase)?;
+            let updated = w.resource.clone();
+            Ok((Some(w), updated))
+        })
     }
 
     /// Destroys a resource that has no finalizers.
     pub fn destroy(&self, ns: &str, ty: &str, id: &str, owner: &str) -> Result<(), StateError> {
-        lock(&self.inner).destroy(ns, ty, id, owner)
+        self.write(ns, |inner| {
+            Ok((Some(inner.prepare_destroy(ns, ty, id, owner)?), ()))
+        })
     }
 
     /// Marks a resource tearing down; returns whether it has no finalizers.
     pub fn teardown(&self, ns: &str, ty: &str, id: &str, owner: &str) -> Result<bool, StateError> {
-        let mut inner = lock(&self.inner);
-        let cur = inner.get(ns, ty, id).ok_or_else(|| not_found(ns, ty, id))?;
-        if cur.metadata.owner != owner {
-            return Err(owner_conflict(&cur.metadata, owner));
-        }
-        let ready = cur.metadata.finalizers.is_empty();
-        if cur.metadata.phase != Phase::TearingDown {
-            let mut r = (*cur).clone();
-            r.metadata.phase = Phase::TearingDown;
-            inner.update(r, owner, None)?;
-        }
-        Ok(ready)
+        self.write(ns, |inner| {
+            let cur = inner.get(ns, ty, id).ok_or_else(|| not_found(ns, ty, id))?;
+            if cur.metadata.owner != owner {
+                return Err(owner_conflict(&cur.metadata, owner));
+            }
+            let ready = cur.metadata.finalizers.is_empty();
+            let w = if cur.metadata.phase != Phase::TearingDown {
+                let mut r = (*cur).clone();
+                r.metadata.phase = Phase::TearingDown;
+                Some(inner.prepare_update(r, owner, None)?)
+            } else {
+                None
+            };
+            Ok((w, ready))
+        })
     }
 
     /// A receiver that changes whenever the kind is written (creating the collection if needed).
@@ -714,12 +804,29 @@ impl Inner {
             .cloned()
     }
 
-    fn namespace_items<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a RawResource> + 'a {
+    /// The resources of `ns` once `w` is applied, for its durable file.
+    fn namespace_after(&self, ns: &str, w: &Prepared) -> Vec<Arc<RawResource>> {
+        let md = &w.resource.metadata;
+        let mut all: Vec<Arc<RawResource>> = self
+            .namespace_items(ns)
+            .filter(|x| !(x.metadata.r#type == md.r#type && x.metadata.id == md.id))
+            .cloned()
+            .collect();
+        if w.kind != EventKind::Destroyed {
+            all.push(w.resource.clone());
+        }
+        all
+    }
+
+    fn namespace_items<'a>(
+        &'a self,
+        ns: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<RawResource>> + 'a {
         let mut kinds: Vec<&Kind> = self.collections.keys().filter(|k| k.0 == ns).collect();
         kinds.sort();
         kinds
             .into_iter()
-            .flat_map(move |k| self.collections[k].items.values().map(|r| r.as_ref()))
+            .flat_map(move |k| self.collections[k].items.values())
     }
 
     /// Inserts a loaded resource (no event, no persistence).
@@ -890,29 +997,15 @@ impl Inner {
         self.trim_history();
     }
 
-    /// Persists then applies a write. Nothing changes in memory if persisting fails.
-    fn commit(
-        &mut self,
-        kind: EventKind,
-        r: Arc<RawResource>,
-        old: Option<Arc<RawResource>>,
-    ) -> Result<(), StateError> {
+    /// Logs then applies a checked write (a durable namespace's file is written before, by
+    /// [`Store::write`]). Nothing changes in memory if logging fails.
+    fn commit(&mut self, w: Prepared) -> Result<(), StateError> {
+        let Prepared {
+            kind,
+            resource: r,
+            old,
+        } = w;
         let seq = self.seq + 1;
-        let ns = r.metadata.namespace.clone();
-        if (self.durable_namespaces)(&ns) {
-            if let Some(d) = &self.durable {
-                let id = &r.metadata.id;
-                let ty = &r.metadata.r#type;
-                let others = self
-                    .namespace_items(&ns)
-                    .filter(|x| !(x.metadata.r#type == *ty && x.metadata.id == *id));
-                let mut all: Vec<&RawResource> = others.collect();
-                if kind != EventKind::Destroyed {
-                    all.push(&r);
-                }
-                d.write(&ns, all.into_iter()).map_err(persist_error)?;
-            }
-        }
         if let Some(run) = self.run.as_mut() {
             let rec = match kind {
                 EventKind::Destroyed => Record {
@@ -967,7 +1060,7 @@ impl Inner {
         result
     }
 
-    fn create(&mut self, mut r: RawResource, owner: &str) -> Result<Arc<RawResource>, StateError> {
+    fn prepare_create(&self, mut r: RawResource, owner: &str) -> Result<Prepared, StateError> {
         let md = &r.metadata;
         if self.get(&md.namespace, &md.r#type, &md.id).is_some() {
             return Err(StateError::new(
@@ -984,17 +1077,19 @@ impl Inner {
         r.metadata.owner = owner.to_string();
         r.metadata.created = Some(now);
         r.metadata.updated = Some(now);
-        let r = Arc::new(r);
-        self.commit(EventKind::Created, r.clone(), None)?;
-        Ok(r)
+        Ok(Prepared {
+            kind: EventKind::Created,
+            resource: Arc::new(r),
+            old: None,
+        })
     }
 
-    fn update(
-        &mut self,
+    fn prepare_update(
+        &self,
         mut r: RawResource,
         owner: &str,
         expected_phase: Option<Phase>,
-    ) -> Result<Arc<RawResource>, StateError> {
+    ) -> Result<Prepared, StateError> {
         let md = &r.metadata;
         let cur = self
             .get(&md.namespace, &md.r#type, &md.id)
@@ -1031,12 +1126,20 @@ impl Inner {
         r.metadata.owner = cur.metadata.owner.clone();
         r.metadata.created = cur.metadata.created;
         r.metadata.updated = Some(SystemTime::now());
-        let r = Arc::new(r);
-        self.commit(EventKind::Updated, r.clone(), Some(cur))?;
-        Ok(r)
+        Ok(Prepared {
+            kind: EventKind::Updated,
+            resource: Arc::new(r),
+            old: Some(cur),
+        })
     }
 
-    fn destroy(&mut self, ns: &str, ty: &str, id: &str, owner: &str) -> Result<(), StateError> {
+    fn prepare_destroy(
+        &self,
+        ns: &str,
+        ty: &str,
+        id: &str,
+        owner: &str,
+    ) -> Result<Prepared, StateError> {
         let cur = self.get(ns, ty, id).ok_or_else(|| not_found(ns, ty, id))?;
         if cur.metadata.owner != owner {
             return Err(owner_conflict(&cur.metadata, owner));
@@ -1055,6 +1158,207 @@ impl Inner {
                 ),
             ));
         }
-        self.commit(EventKind::Destroyed, cur, None)
+        Ok(Prepared {
+            kind: EventKind::Destroyed,
+            resource: cur,
+            old: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Long enough for anything that does not hang: these tests check that nothing waits for
+    /// a paused durable write, so a wait that ends here is the failure.
+    const HANG: Duration = Duration::from_secs(60);
+
+    fn open(run: &Path, state: &Path) -> Store {
+        Store::open(StoreConfig {
+            run_dir: Some(run),
+            state_dir: Some(state),
+            durable: Box::new(|ns| ns == "config"),
+            namespaces: vec![
+                ("config".into(), String::new()),
+                ("net".into(), String::new()),
+            ],
+            history: 64,
+            limits: Limits::default(),
+        })
+        .expect("the store opens")
+    }
+
+    fn res(ns: &str, id: &str, spec: &[u8]) -> RawResource {
+        RawResource {
+            metadata: Metadata::new(ns, "Things.test.dev", id),
+            spec: spec.to_vec(),
+            yaml_spec: String::new(),
+        }
+    }
+
+    /// A durable write paused before its file is written: the store serves every other read
+    /// and write meanwhile (its lock is free), the paused write is not visible until its file
+    /// is written, and then it is both in memory and on disk.
+    #[test]
+    fn a_durable_write_waiting_for_the_disk_holds_no_one_else_up() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (run, state) = (dir.path().join("run"), dir.path().join("state"));
+        let store = Arc::new(open(&run, &state));
+        let (entered_tx, entered) = mpsc::channel::<()>();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        store.pause_durable_writes(Some(Arc::new(move || {
+            let _ = entered_tx.send(());
+            let _ = lock(&release_rx).recv_timeout(HANG);
+        })));
+        let mut notify = store.subscribe("net", "Things.test.dev");
+        notify.mark_unchanged();
+
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || store.create(res("config", "machine", b"v1"), "init"))
+        };
+        entered
+            .recv_timeout(HANG)
+            .expect("the durable write reaches its file");
+
+        // Meanwhile: writes and reads of other namespaces, and their watchers, go on.
+        let (done_tx, done) = mpsc::channel();
+        {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let created = store.create(res("net", "eth0", b"up"), "networkd");
+                let got = store
+                    .get("net", "Things.test.dev", "eth0")
+                    .map(|r| r.spec.clone());
+                let absent = store.get("config", "Things.test.dev", "machine");
+                let _ = done_tx.send((created.map(|_| ()), got, absent.map(|_| ())));
+            });
+        }
+        let (created, got, absent) = done
+            .recv_timeout(HANG)
+            .expect("a write of another namespace waited for the durable write's disk");
+        assert_eq!(created, Ok(()));
+        assert_eq!(got.as_deref(), Ok(&b"up"[..]));
+        assert!(
+            absent.is_err_and(|e| e.is_not_found()),
+            "a durable write is visible before its file is written"
+        );
+        assert!(
+            notify.has_changed().unwrap_or(false),
+            "the watcher was not told"
+        );
+
+        release.send(()).expect("the writer waits");
+        let written = writer.join().expect("the writer does not panic");
+        assert_eq!(written.map(|r| r.metadata.version), Ok(1));
+        assert_eq!(
+            store
+                .get("config", "Things.test.dev", "machine")
+                .map(|r| r.spec.clone()),
+            Ok(b"v1".to_vec())
+        );
+
+        // A new boot (the run state gone): the durable namespace comes back from its file.
+        store.pause_durable_writes(None);
+        drop(store);
+        std::fs::remove_dir_all(&run).expect("remove the run state");
+        let again = open(&run, &state);
+        assert_eq!(
+            again
+                .get("config", "Things.test.dev", "machine")
+                .map(|r| r.spec.clone()),
+            Ok(b"v1".to_vec())
+        );
+        assert!(again.get("net", "Things.test.dev", "eth0").is_err());
+    }
+
+    /// Durable writes from many threads at once: each one's file holds all the others' that
+    /// came before it, so none is lost from disk (they are serialized among themselves).
+    #[test]
+    fn concurrent_durable_writes_lose_nothing_on_disk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (run, state) = (dir.path().join("run"), dir.path().join("state"));
+        let store = Arc::new(open(&run, &state));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for i in 0..10 {
+                        store
+                            .create(res("config", &format!("r{t}-{i}"), b"x"), "init")
+                            .expect("a durable create");
+                        store
+                            .create(res("net", &format!("r{t}-{i}"), b"x"), "networkd")
+                            .expect("a run-state create");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no writer panics");
+        }
+        drop(store);
+        std::fs::remove_dir_all(&run).expect("remove the run state");
+        let again = open(&run, &state);
+        let ids = again.list("config", "Things.test.dev", &Filter::default());
+        assert_eq!(ids.len(), 80, "durable resources lost across a reboot");
+        assert!(again
+            .list("net", "Things.test.dev", &Filter::default())
+            .is_empty());
+    }
+
+    /// A durable write whose file cannot be written fails Unavailable and changes nothing:
+    /// not in memory, not in the run log, not in the next file written.
+    #[test]
+    fn a_failed_durable_write_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (run, state) = (dir.path().join("run"), dir.path().join("state"));
+        let store = open(&run, &state);
+        store
+            .create(res("config", "a", b"1"), "init")
+            .expect("a durable create");
+        let seq = store.seq();
+        // The state directory is replaced by a file: nothing can be written under it.
+        std::fs::rename(&state, dir.path().join("state.away")).expect("move the state dir");
+        std::fs::write(&state, b"").expect("a file in its place");
+        let err = store
+            .create(res("config", "b", b"2"), "init")
+            .expect_err("the file cannot be written");
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(store.get("config", "Things.test.dev", "b").is_err());
+        assert_eq!(store.seq(), seq, "a failed write took a sequence number");
+        let mut cur = (*store.get("config", "Things.test.dev", "a").expect("a")).clone();
+        cur.spec = b"3".to_vec();
+        assert!(store.update(cur.clone(), "init", None).is_err());
+        assert_eq!(
+            store
+                .get("config", "Things.test.dev", "a")
+                .map(|r| r.metadata.version),
+            Ok(1)
+        );
+
+        std::fs::remove_file(&state).expect("remove the file");
+        std::fs::rename(dir.path().join("state.away"), &state).expect("the state dir back");
+        store
+            .update(cur, "init", None)
+            .expect("the disk works again");
+        drop(store);
+        // Restart in place (run state kept): the same; and a new boot from the file alone.
+        let kept = open(&run, &state);
+        assert!(kept.get("config", "Things.test.dev", "b").is_err());
+        drop(kept);
+        std::fs::remove_dir_all(&run).expect("remove the run state");
+        let again = open(&run, &state);
+        assert!(again.get("config", "Things.test.dev", "b").is_err());
+        assert_eq!(
+            again
+                .get("config", "Things.test.dev", "a")
+                .map(|r| r.spec.clone()),
+            Ok(b"3".to_vec())
+        );
     }
 }
