@@ -3,7 +3,12 @@
 # statically (glibc, `-C target-feature=+crt-static`, profile `image`: release, stripped), then
 # the tree and the initramfs with mkrootfs.
 #
-#   rootfs/build.sh                    → target/rootfs/tree, target/rootfs/initramfs.cpio.gz
+# The host's talosctl and mkrootfs are compiled in the same cargo invocation, profile and flags:
+# every crate they share with the daemons is compiled once (a first run used to compile them
+# all twice, once for `--release` and once for the image). talosctl is linked to target/bin.
+#
+#   rootfs/build.sh                    → target/rootfs/tree, target/rootfs/initramfs.cpio.gz,
+#                                        target/bin/talosctl
 #   OUT=/some/dir rootfs/build.sh      another output directory
 #   ROOTFS_STATIC=0 rootfs/build.sh    dynamically linked programs (their libraries are shipped)
 #
@@ -23,14 +28,18 @@ export SOURCE_DATE_EPOCH
 static=()
 if [ "${ROOTFS_STATIC:-1}" != 0 ]; then
 	# With an explicit --target these flags apply to the target's artifacts only: build
-	# scripts and proc macros stay dynamic, as they must. Not exported: mkrootfs below is a
-	# host build.
+	# scripts and proc macros stay dynamic, as they must. talosctl and mkrootfs, host programs,
+	# are static too: a static glibc program looks users and host names up through the host's
+	# NSS modules, which works with the glibc it was built against (this machine's).
 	# getrandom finds glibc's getrandom() with dlsym, which a static program cannot: it would
 	# fall back to /dev/urandom, which the daemons' landlock rules do not grant. Call it directly.
 	var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_RUSTFLAGS"
 	static=("$var=${!var:-} -C target-feature=+crt-static --cfg getrandom_backend=\"linux_getrandom\"")
 fi
-echo "rootfs: building init, stated, networkd, secretsd, trustd, apid for $triple (profile image${static:+, static})" >&2
-env "${static[@]}" cargo build --locked --profile image --target "$triple" -p init -p stated -p networkd -p secretsd -p trustd -p apid
-cargo build --locked --release -p rootfs --bin mkrootfs
-target/release/mkrootfs --bin-dir "target/$triple/image" --out "$out"
+echo "rootfs: building init, stated, networkd, secretsd, trustd, apid, talosctl and mkrootfs for $triple (profile image${static:+, static})" >&2
+env "${static[@]}" cargo build --locked --profile image --target "$triple" \
+	-p init -p stated -p networkd -p secretsd -p trustd -p apid -p talosctl -p rootfs
+bin="target/$triple/image"
+"$bin/mkrootfs" --bin-dir "$bin" --out "$out"
+mkdir -p target/bin
+ln -sfn "../$triple/image/talosctl" target/bin/talosctl

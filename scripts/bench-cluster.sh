@@ -6,7 +6,7 @@
 #
 #   scripts/bench-cluster.sh [runs]          default 5 runs per size; medians are reported
 #
-# Builds talosctl (release) and the image (rootfs/build.sh: static, stripped). Clusters go to a
+# Builds the image and talosctl (rootfs/build.sh: static, stripped). Clusters go to a
 # temporary state directory and talosconfig: ~/.talos is not touched. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +17,10 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 scripts/install-deps.sh >/dev/null
-cargo build --release --locked -p talosctl
 linking=$(rootfs/build.sh | sed -n 's/^linking *//p')
 
 work="$(mktemp -d /tmp/bench-cluster.XXXXXX)"
-talosctl() { target/release/talosctl --talosconfig "$work/talosconfig" "$@"; }
+talosctl() { target/bin/talosctl --talosconfig "$work/talosconfig" "$@"; }
 cleanup() {
 	for d in "$work"/clusters/*/; do
 		[ -d "$d" ] && talosctl cluster destroy --state "$work/clusters" --name "$(basename "$d")" >/dev/null 2>&1 || true

@@ -5,7 +5,7 @@
 #
 #   scripts/bench-daemons.sh [idle-seconds]     default 30
 #
-# Builds talosctl (release) and the image (rootfs/build.sh: static, stripped). The cluster goes
+# Builds the image and talosctl (rootfs/build.sh: static, stripped). The cluster goes
 # to a temporary state directory and talosconfig. Run it alone: it reads every process named
 # like a daemon. Needs root.
 set -euo pipefail
@@ -16,10 +16,9 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 scripts/install-deps.sh >/dev/null
-cargo build --release --locked -p talosctl
 rootfs/build.sh >/dev/null
 work="$(mktemp -d /tmp/bench-daemons.XXXXXX)"
-talosctl() { target/release/talosctl --talosconfig "$work/talosconfig" "$@"; }
+talosctl() { target/bin/talosctl --talosconfig "$work/talosconfig" "$@"; }
 cleanup() {
 	talosctl cluster destroy --state "$work/clusters" --name benchmem >/dev/null 2>&1 || true
 	rm -rf "$work"

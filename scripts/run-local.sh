@@ -5,10 +5,10 @@
 #
 #   scripts/run-local.sh [talosctl cluster create options...]
 #
-# Steps: install what is missing (scripts/install-deps.sh), build talosctl, build the node image
-# (rootfs/build.sh: static binaries, tree and initramfs in target/rootfs), then
-# `talosctl cluster create`. A cluster of the same name that exists already is shown, not
-# recreated (destroy it first: target/release/talosctl cluster destroy).
+# Steps: install what is missing (scripts/install-deps.sh), build the node image and talosctl in
+# one cargo build (rootfs/build.sh: static binaries; tree and initramfs in target/rootfs,
+# talosctl in target/bin), then `talosctl cluster create`. A cluster of the same name that exists
+# already is shown, not recreated (destroy it first: target/bin/talosctl cluster destroy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,10 +17,9 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 scripts/install-deps.sh
-cargo build --release --locked -p talosctl
 rootfs/build.sh
 
-talosctl=target/release/talosctl
+talosctl=target/bin/talosctl
 name=talos-default
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
@@ -40,7 +39,7 @@ fi
 cat <<TRY
 
 Try (as root; talosctl finds the nodes through the context "$name" in ~/.talos/config):
-  export PATH=\$PWD/target/release:\$PATH
+  export PATH=\$PWD/target/bin:\$PATH
   talosctl cluster show --name $name
   talosctl get addresses                       # the first control plane
   talosctl -n $name-worker-1 get links
