@@ -176,6 +176,47 @@ impl Controller for Trespasser {
     }
 }
 
+/// Doubles every Num in `in` into `bulk` with one `apply_all`, giving the first ID twice (the
+/// second time with the value the output must end with); counts its failed cycles.
+struct BulkController {
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl Controller for BulkController {
+    fn name(&self) -> &'static str {
+        "test.BulkController"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak::<Num>("in")]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive::<Doubled>()]
+    }
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let nums = ctx.list::<Num>("in").await?;
+        let mut outputs: Vec<Resource<Doubled>> = Vec::new();
+        if let Some(first) = nums.first() {
+            outputs.push(Resource::new("bulk", first.id(), Doubled { value: -1 }));
+        }
+        outputs.extend(nums.iter().map(|n| {
+            Resource::new(
+                "bulk",
+                n.id(),
+                Doubled {
+                    value: n.spec.value * 2,
+                },
+            )
+        }));
+        match ctx.apply_all(outputs).await {
+            Ok(()) => Ok(Action::AwaitChange),
+            Err(e) => {
+                self.errors.lock().expect("lock").push(e.to_string());
+                Err(e)
+            }
+        }
+    }
+}
+
 /// Num in `in` → Doubled in `tout`, skipping the ID `skip`.
 struct DoubleTransform;
 
@@ -528,6 +569,87 @@ async fn transform_controller_maps_and_cleans_up() {
 
     c.destroy("in", Num::TYPE, "a", "").await.expect("destroy");
     expect_gone::<Doubled>(c, "tout", "t-a").await;
+    running.stop().await;
+}
+
+/// `apply_all` writes many outputs with several in flight: every one lands with its spec, an ID
+/// given twice ends with the last spec, unchanged outputs are not written again (their
+/// versions stay), and an output it may not write fails the cycle without keeping the others
+/// from being written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_all_writes_many_outputs_at_once_and_only_what_changed() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let n = 3 * cosi::runtime::APPLY_IN_FLIGHT as i64 + 5;
+    for i in 0..n {
+        put(c, "in", &format!("n{i:03}"), Num { value: i }).await;
+    }
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let mut rt = Runtime::new(c.clone());
+    rt.register(BulkController {
+        errors: errors.clone(),
+    })
+    .expect("register");
+    let running = spawn(rt);
+
+    let last = format!("n{:03}", n - 1);
+    expect_spec(c, "bulk", &last, Doubled { value: 2 * (n - 1) }).await;
+    let all = c
+        .list("bulk", Doubled::TYPE, &Default::default())
+        .await
+        .expect("list");
+    assert_eq!(all.len(), n as usize);
+    for r in &all {
+        let i: i64 = r.metadata.id[1..].parse().expect("id");
+        let spec: Doubled = cosi::resource::decode_spec(&r.spec).expect("spec");
+        assert_eq!(spec.value, 2 * i, "{}", r.metadata.id);
+        assert_eq!(
+            r.metadata.version, 1,
+            "{} written more than once",
+            r.metadata.id
+        );
+        assert_eq!(r.metadata.owner, "test.BulkController");
+    }
+
+    // One input changes: only its output is written again.
+    put(c, "in", "n007", Num { value: 1000 }).await;
+    expect_spec(c, "bulk", "n007", Doubled { value: 2000 }).await;
+    // A second change, seen only once the first cycle is over, makes sure of that.
+    put(c, "in", "n008", Num { value: 1001 }).await;
+    expect_spec(c, "bulk", "n008", Doubled { value: 2002 }).await;
+    let all = c
+        .list("bulk", Doubled::TYPE, &Default::default())
+        .await
+        .expect("list");
+    for r in &all {
+        let expected = if r.metadata.id == "n007" || r.metadata.id == "n008" {
+            2
+        } else {
+            1
+        };
+        assert_eq!(r.metadata.version, expected, "{}", r.metadata.id);
+    }
+
+    // Somebody else holds one output's ID: the cycle fails saying so, the rest is written.
+    let foreign = Resource::new("bulk", "n500", Doubled { value: 0 })
+        .to_raw()
+        .expect("encode");
+    c.create(&foreign, "someone").await.expect("create");
+    put(c, "in", "n500", Num { value: 500 }).await;
+    put(c, "in", "n501", Num { value: 501 }).await;
+    expect_spec(c, "bulk", "n501", Doubled { value: 1002 }).await;
+    eventually("an owner conflict reported", || async {
+        errors
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|e| e.contains("n500") && e.contains("someone"))
+            .then_some(())
+    })
+    .await;
+    let kept = get::<Doubled>(c, "bulk", "n500").await.expect("n500");
+    assert_eq!(kept.metadata.owner, "someone");
+    assert_eq!(kept.spec, Doubled { value: 0 });
     running.stop().await;
 }
 

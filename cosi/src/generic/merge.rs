@@ -99,10 +99,12 @@ impl<M: Merge> MergeController<M> {
     async fn run(&self, ctx: &mut Context) -> Result<Action, ReconcileError> {
         let m = &self.merge;
         let candidates = ctx.list::<M::Spec>(m.input_namespace()).await?;
-        for (id, spec) in merge_candidates(m, &candidates) {
-            ctx.apply(Resource::new(m.output_namespace(), id, spec))
-                .await?;
-        }
+        ctx.apply_all(
+            merge_candidates(m, &candidates)
+                .into_iter()
+                .map(|(id, spec)| Resource::new(m.output_namespace(), id, spec)),
+        )
+        .await?;
         Ok(Action::AwaitChange)
     }
 }

@@ -53,21 +53,20 @@ impl<T: Transform> TransformController<T> {
         let t = &self.transform;
         let inputs = ctx.list::<T::Input>(t.input_namespace()).await?;
         let mut failed: Option<ReconcileError> = None;
+        let mut outputs = Vec::new();
         for input in inputs.iter().filter(|r| r.metadata.phase == Phase::Running) {
             let Some(id) = t.map_id(input) else {
                 continue;
             };
             match t.transform(input) {
-                Ok(spec) => {
-                    ctx.apply(Resource::new(t.output_namespace(), id, spec))
-                        .await?;
-                }
+                Ok(spec) => outputs.push(Resource::new(t.output_namespace(), id, spec)),
                 Err(e) => {
                     tracing::debug!(input = %input.metadata.id, error = %crate::error::Chain(&e), "transform failed");
                     failed.get_or_insert(e);
                 }
             }
         }
+        ctx.apply_all(outputs).await?;
         match failed {
             Some(e) => Err(e),
             None => Ok(Action::AwaitChange),

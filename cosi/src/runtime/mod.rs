@@ -38,7 +38,7 @@ use tracing::Instrument;
 
 use crate::client::Client;
 
-pub use context::{Context, Waker};
+pub use context::{Context, Waker, APPLY_IN_FLIGHT};
 pub use controller::{Action, Controller, Input, InputKind, Output, OutputKind};
 pub use error::{DaemonError, ReconcileError, RuntimeError};
 pub use graph::{DependencyGraph, Edge, EdgeKind};

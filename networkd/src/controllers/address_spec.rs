@@ -66,17 +66,12 @@ impl Controller for AddressSpecController {
             .addresses()
             .await
             .map_err(|e| ReconcileError::failed("list addresses", e))?;
+        ctx.add_finalizers(&specs, NAME).await?;
         let mut errors = Vec::new();
         for spec in &specs {
             let result = match spec.metadata.phase {
                 Phase::TearingDown => teardown(ctx, &nl, spec, &links, &addresses).await,
-                Phase::Running => {
-                    if !spec.metadata.finalizers.contains(NAME) {
-                        ctx.add_finalizer::<AddressSpecSpec>(NAMESPACE, spec.id(), NAME)
-                            .await?;
-                    }
-                    converge(&nl, &spec.spec, &links, &addresses).await
-                }
+                Phase::Running => converge(&nl, &spec.spec, &links, &addresses).await,
             };
             if let Err(e) = result {
                 errors.push(e);

@@ -77,12 +77,13 @@ impl Controller for AddressStatusController {
             .await
             .map_err(|e| ReconcileError::failed("list addresses", e))?;
         let mut seen = BTreeSet::new();
-        for (id, spec) in addresses.iter().filter_map(|a| status(a, &links)) {
-            // One write per ID and pass, whatever the kernel lists twice.
-            if seen.insert(id.clone()) {
-                ctx.apply(Resource::new(NAMESPACE, id, spec)).await?;
-            }
-        }
+        // One write per ID and pass, whatever the kernel lists twice.
+        let statuses = addresses
+            .iter()
+            .filter_map(|a| status(a, &links))
+            .filter(|(id, _)| seen.insert(id.clone()))
+            .map(|(id, spec)| Resource::new(NAMESPACE, id, spec));
+        ctx.apply_all(statuses.collect::<Vec<_>>()).await?;
         Ok(Action::AwaitChange)
     }
 }

@@ -98,9 +98,12 @@ impl<P: ConfigPart> ConfigController<P> {
             },
         )
         .await?;
-        for (id, spec) in desired {
-            ctx.apply(Resource::new(CONFIG_NAMESPACE, id, spec)).await?;
-        }
+        ctx.apply_all(
+            desired
+                .into_iter()
+                .map(|(id, spec)| Resource::new(CONFIG_NAMESPACE, id, spec)),
+        )
+        .await?;
         Ok(Action::AwaitChange)
     }
 }

@@ -63,17 +63,12 @@ impl Controller for LinkSpecController {
         let mut specs = ctx.list::<LinkSpecSpec>(NAMESPACE).await?;
         specs.sort_by_key(sort_key);
         let mut links = list(&nl).await?;
+        ctx.add_finalizers(&specs, NAME).await?;
         let mut errors = Vec::new();
         for spec in &specs {
             let result = match spec.metadata.phase {
                 Phase::TearingDown => teardown(ctx, &nl, spec, &mut links).await,
-                Phase::Running => {
-                    if !spec.metadata.finalizers.contains(NAME) {
-                        ctx.add_finalizer::<LinkSpecSpec>(NAMESPACE, spec.id(), NAME)
-                            .await?;
-                    }
-                    converge(&nl, &spec.spec, &mut links).await
-                }
+                Phase::Running => converge(&nl, &spec.spec, &mut links).await,
             };
             if let Err(e) = result {
                 errors.push(e);

@@ -82,6 +82,7 @@ impl Controller for RouteSpecController {
             .routes()
             .await
             .map_err(|e| ReconcileError::failed("list routes", e))?;
+        ctx.add_finalizers(&specs, NAME).await?;
         let mut errors = Vec::new();
         let mut unreachable = false;
         for spec in &specs {
@@ -89,13 +90,7 @@ impl Controller for RouteSpecController {
                 Phase::TearingDown => teardown(ctx, &nl, spec, &links, &routes)
                     .await
                     .map(|()| Applied::Done),
-                Phase::Running => {
-                    if !spec.metadata.finalizers.contains(NAME) {
-                        ctx.add_finalizer::<RouteSpecSpec>(NAMESPACE, spec.id(), NAME)
-                            .await?;
-                    }
-                    converge(&nl, &spec.spec, &links, &mut routes).await
-                }
+                Phase::Running => converge(&nl, &spec.spec, &links, &mut routes).await,
             };
             match result {
                 Ok(Applied::Done) => {}

@@ -101,13 +101,14 @@ impl Controller for RouteStatusController {
             .await
             .map_err(|e| ReconcileError::failed("list routes", e))?;
         let mut seen = BTreeSet::new();
-        for (id, spec) in routes.iter().filter_map(|r| status(r, &links)) {
-            // Routes the ID cannot tell apart (e.g. of different types) are reported once, so a
-            // pass never writes one resource twice.
-            if seen.insert(id.clone()) {
-                ctx.apply(Resource::new(NAMESPACE, id, spec)).await?;
-            }
-        }
+        // Routes the ID cannot tell apart (e.g. of different types) are reported once, so a
+        // pass never writes one resource twice.
+        let statuses = routes
+            .iter()
+            .filter_map(|r| status(r, &links))
+            .filter(|(id, _)| seen.insert(id.clone()))
+            .map(|(id, spec)| Resource::new(NAMESPACE, id, spec));
+        ctx.apply_all(statuses.collect::<Vec<_>>()).await?;
         Ok(Action::AwaitChange)
     }
 }
