@@ -542,6 +542,30 @@ impl Client {
             .await
     }
 
+    /// Adds a finalizer to `current`, the resource as the caller last read it: one Update
+    /// when nobody changed it since, the read-and-retry of [`add_finalizer`](Self::add_finalizer)
+    /// otherwise.
+    pub async fn add_finalizer_to(
+        &self,
+        current: &RawResource,
+        finalizer: &str,
+    ) -> Result<(), StateError> {
+        let md = &current.metadata;
+        if md.finalizers.contains(finalizer) {
+            return Ok(());
+        }
+        let mut new = current.clone();
+        new.metadata.finalizers.insert(finalizer.to_string());
+        match self.update(&new, &md.owner, None).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::Conflict => {
+                self.add_finalizer(&md.namespace, &md.r#type, &md.id, finalizer)
+                    .await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Removes a finalizer; a missing resource is not an error.
     pub async fn remove_finalizer(
         &self,

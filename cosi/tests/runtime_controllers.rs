@@ -217,6 +217,27 @@ impl Controller for BulkController {
     }
 }
 
+/// Puts its finalizer on every Num in `fin` with one `add_finalizers`.
+struct FinalizerController;
+
+impl Controller for FinalizerController {
+    fn name(&self) -> &'static str {
+        "test.FinalizerController"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::strong::<Num>("fin")]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let nums = ctx.list::<Num>("fin").await?;
+        ctx.add_finalizers(&nums, "test.FinalizerController")
+            .await?;
+        Ok(Action::AwaitChange)
+    }
+}
+
 /// Num in `in` → Doubled in `tout`, skipping the ID `skip`.
 struct DoubleTransform;
 
@@ -651,6 +672,51 @@ async fn apply_all_writes_many_outputs_at_once_and_only_what_changed() {
     assert_eq!(kept.metadata.owner, "someone");
     assert_eq!(kept.spec, Doubled { value: 0 });
     running.stop().await;
+}
+
+/// `add_finalizers` puts the finalizer on every listed strong input (several writes in
+/// flight), keeping the owner and the spec; `add_finalizer_to` from a stale copy still adds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_finalizers_marks_every_strong_input() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let n = 2 * cosi::runtime::APPLY_IN_FLIGHT + 3;
+    for i in 0..n {
+        put(c, "fin", &format!("f{i:03}"), Num { value: i as i64 }).await;
+    }
+    let mut rt = Runtime::new(c.clone());
+    rt.register(FinalizerController).expect("register");
+    let running = spawn(rt);
+    eventually("every Num finalized", || async {
+        let all = c
+            .list("fin", Num::TYPE, &Default::default())
+            .await
+            .expect("list");
+        (all.len() == n
+            && all
+                .iter()
+                .all(|r| r.metadata.finalizers.contains("test.FinalizerController")))
+        .then_some(all)
+    })
+    .await
+    .iter()
+    .for_each(|r| {
+        assert_eq!(r.metadata.owner, "");
+        let spec: Num = cosi::resource::decode_spec(&r.spec).expect("spec");
+        assert_eq!(format!("f{:03}", spec.value), r.metadata.id);
+    });
+    running.stop().await;
+
+    // A copy read before somebody else changed the resource: the finalizer still lands, and
+    // the other change stays.
+    let stale = c.get("fin", Num::TYPE, "f000").await.expect("get");
+    put(c, "fin", "f000", Num { value: 77 }).await;
+    c.add_finalizer_to(&stale, "late")
+        .await
+        .expect("add from a stale copy");
+    let now = get::<Num>(c, "fin", "f000").await.expect("f000");
+    assert!(now.metadata.finalizers.contains("late"));
+    assert_eq!(now.spec, Num { value: 77 });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,9 @@ pub struct Context {
     /// Kinds with an output left tearing down (finalizers) or an apply deferred until an old
     /// resource of the same ID is gone.
     pending: BTreeSet<Kind>,
+    /// Strong inputs as this cycle's lists returned them, so that adding a finalizer to one
+    /// costs one Update, not a Get and an Update.
+    listed_strong: std::sync::Mutex<std::collections::HashMap<Pointer, RawResource>>,
     /// Wakes the controller from outside stated.
     waker: Waker,
 }
@@ -105,6 +108,7 @@ impl Context {
             seen: std::collections::HashMap::new(),
             written: BTreeSet::new(),
             pending: BTreeSet::new(),
+            listed_strong: std::sync::Mutex::default(),
             waker: Waker::default(),
         }
     }
@@ -193,7 +197,16 @@ impl Context {
         query: &Query,
     ) -> Result<Vec<RawResource>, ReconcileError> {
         self.check_read(namespace, r#type, None)?;
-        Ok(self.client.list(namespace, r#type, query).await?)
+        let listed = self.client.list(namespace, r#type, query).await?;
+        if self.inputs.iter().any(|i| {
+            i.kind == InputKind::Strong && i.id.is_none() && i.covers(namespace, r#type, None)
+        }) {
+            let mut seen = self.listed_strong.lock().unwrap_or_else(|e| e.into_inner());
+            for r in &listed {
+                seen.insert(r.metadata.pointer(), r.clone());
+            }
+        }
+        Ok(listed)
     }
 
     // ---- writes ------------------------------------------------------------------------------
@@ -517,7 +530,21 @@ impl Context {
             .map(|r| (r.metadata.namespace.clone(), r.metadata.id.clone()))
             .collect();
         let adds = missing.into_iter().map(|(namespace, id)| async move {
-            self.add_finalizer::<S>(&namespace, &id, finalizer).await
+            self.check_strong(&namespace, S::TYPE, &id)?;
+            let known = self
+                .listed_strong
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&Pointer {
+                    namespace: namespace.clone(),
+                    r#type: S::TYPE.to_string(),
+                    id: id.clone(),
+                })
+                .cloned();
+            match known {
+                Some(current) => Ok(self.client.add_finalizer_to(&current, finalizer).await?),
+                None => self.add_finalizer::<S>(&namespace, &id, finalizer).await,
+            }
         });
         let results: Vec<_> = futures::stream::iter(adds)
             .buffer_unordered(APPLY_IN_FLIGHT)
@@ -611,6 +638,10 @@ impl Context {
         self.asserted.clear();
         self.seen.clear();
         self.pending.clear();
+        self.listed_strong
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// Ends a successful cycle: tears down and destroys every resource of an output kind owned

@@ -29,7 +29,7 @@ use machinery::resources::network::{
 /// `network.NodeAddressController`.
 #[derive(Debug, Default)]
 pub struct NodeAddressController {
-    algorithm: NodeAddressSortAlgorithm,
+    algorithm: super::source::FromConfig<NodeAddressSortAlgorithm>,
 }
 
 /// Whether an address may be a node address.
@@ -168,19 +168,19 @@ pub fn filtered(
 
 impl NodeAddressController {
     async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        if let Some(mc) = ctx.get::<MachineConfigSpec>(CONFIG_NS, ACTIVE_ID).await? {
-            // An undecodable configuration keeps the algorithm in use.
-            if let Ok(config) = Config::from_yaml(&mc.spec.0) {
-                self.algorithm = config
+        let algorithm = *self
+            .algorithm
+            .get(ctx, |yaml, previous| match Config::from_yaml(yaml) {
+                Ok(config) => config
                     .machine()
                     .and_then(|m| m.features.as_ref())
                     .and_then(|f| f.node_address_sort_algorithm.as_deref())
                     .and_then(|a| a.parse().ok())
-                    .unwrap_or_default();
-            }
-        } else {
-            self.algorithm = NodeAddressSortAlgorithm::default();
-        }
+                    .unwrap_or_default(),
+                // An undecodable configuration keeps the algorithm in use.
+                Err(_) => *previous,
+            })
+            .await?;
         let running = |phase: Phase| phase == Phase::Running;
         let addresses: Vec<AddressStatusSpec> = ctx
             .list::<AddressStatusSpec>(NAMESPACE)
@@ -203,7 +203,7 @@ impl NodeAddressController {
             .get::<NodeAddressSpec>(NAMESPACE, NODE_ADDRESS_ACCUMULATIVE_ID)
             .await?;
         let sets = compute(
-            self.algorithm,
+            algorithm,
             &addresses,
             &links,
             previous_default.as_ref().map(|r| &r.spec),

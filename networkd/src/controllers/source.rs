@@ -163,3 +163,47 @@ pub async fn keep_outputs<S: ResourceSpec>(
     }
     Ok(())
 }
+
+/// A value derived from the active machine configuration, derived again only when the
+/// configuration changes (another version or another resource): a controller that wakes on
+/// every status change (thousands during a burst) must not parse a large configuration each
+/// time, which was most of what StatusController and NodeAddressController spent.
+#[derive(Debug, Default)]
+pub struct FromConfig<T> {
+    /// (version, creation time) of the configuration `value` was derived from.
+    seen: Option<(u64, Option<std::time::SystemTime>)>,
+    value: T,
+}
+
+impl<T: Default> FromConfig<T> {
+    /// The value for the current configuration: `derive(yaml, previous)` when it changed,
+    /// `T::default()` when there is none.
+    ///
+    /// # Errors
+    ///
+    /// State errors; a configuration resource whose spec does not decode.
+    pub async fn get(
+        &mut self,
+        ctx: &Context,
+        derive: impl FnOnce(&str, &T) -> T,
+    ) -> Result<&T, ReconcileError> {
+        match ctx
+            .get_raw(CONFIG_NS, MachineConfigSpec::TYPE, ACTIVE_ID)
+            .await?
+        {
+            None => {
+                self.seen = None;
+                self.value = T::default();
+            }
+            Some(raw) => {
+                let key = (raw.metadata.version, raw.metadata.created);
+                if self.seen != Some(key) {
+                    let mc = Resource::<MachineConfigSpec>::from_raw(&raw)?;
+                    self.value = derive(&mc.spec.0, &self.value);
+                    self.seen = Some(key);
+                }
+            }
+        }
+        Ok(&self.value)
+    }
+}

@@ -19,6 +19,8 @@ use machinery::resources::network::{
 pub struct StatusController {
     /// The unapplied settings last logged.
     reported: Vec<String>,
+    /// The unapplied settings of the current configuration.
+    unapplied: super::source::FromConfig<Vec<String>>,
 }
 
 impl StatusController {
@@ -40,11 +42,11 @@ impl StatusController {
         for id in [ETC_HOSTS_ID, ETC_RESOLV_CONF_ID] {
             etc_files_ready &= ctx.get::<EtcFileStatusSpec>(NAMESPACE, id).await?.is_some();
         }
-        let unapplied = ctx
-            .get::<MachineConfigSpec>(CONFIG_NS, ACTIVE_ID)
+        let unapplied = self
+            .unapplied
+            .get(ctx, |yaml, _| unapplied(yaml))
             .await?
-            .map(|mc| unapplied(&mc.spec.0))
-            .unwrap_or_default();
+            .clone();
         if unapplied != self.reported {
             for u in unapplied.iter().filter(|u| !self.reported.contains(u)) {
                 tracing::warn!(setting = %u, "machine configuration setting not applied");
