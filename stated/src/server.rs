@@ -866,11 +866,10 @@ impl Watcher {
                 if k == natural {
                     // Every watcher sends this event the same way: convert it once.
                     let old = e.old.as_deref().filter(|_| k == proto::EventType::Updated);
-                    out.push(
+                    out.push(proto::Event::clone(
                         e.wire
-                            .get_or_init(|| to_proto_event(k, r, old, bookmark))
-                            .clone(),
-                    );
+                            .get_or_init(|| Box::new(to_proto_event(k, r, old, bookmark))),
+                    ));
                 } else {
                     out.push(to_proto_event(k, r, None, bookmark));
                 }

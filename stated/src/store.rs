@@ -2,7 +2,7 @@
 //! (namespace, type) that watches pull from, and persistence of every write before it is
 //! acknowledged. Schema-less: specs are opaque bytes.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
@@ -126,14 +126,72 @@ pub struct StoredEvent {
     /// The resource before an update.
     pub old: Option<Arc<RawResource>>,
     /// The event as sent on the wire when no filter rewrites it, built once by the first
-    /// watcher and cloned by the others.
-    pub wire: std::sync::OnceLock<proto::Event>,
+    /// watcher and cloned by the others. Boxed: most events are never watched, and the
+    /// history keeps thousands of them.
+    pub wire: std::sync::OnceLock<Box<proto::Event>>,
     /// The bytes of the resource it holds, as counted against the history limit.
     size: usize,
 }
 
+/// A stored resource, ordered and found by its ID: the ID is kept once, in the resource (a map
+/// keyed by a copy of it cost a second allocation and 24 bytes more per resource).
+struct ById(Arc<RawResource>);
+
+impl std::borrow::Borrow<str> for ById {
+    fn borrow(&self) -> &str {
+        &self.0.metadata.id
+    }
+}
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.metadata.id == other.0.metadata.id
+    }
+}
+
+impl Eq for ById {}
+
+impl PartialOrd for ById {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ById {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.metadata.id.cmp(&other.0.metadata.id)
+    }
+}
+
+/// The resources of one kind, sorted by ID.
+#[derive(Default)]
+struct Items(BTreeSet<ById>);
+
+impl Items {
+    fn get(&self, id: &str) -> Option<&Arc<RawResource>> {
+        self.0.get(id).map(|r| &r.0)
+    }
+
+    /// Inserts or replaces the resource of its ID; returns the one it replaced.
+    fn insert(&mut self, r: Arc<RawResource>) -> Option<Arc<RawResource>> {
+        self.0.replace(ById(r)).map(|r| r.0)
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Arc<RawResource>> {
+        self.0.take(id).map(|r| r.0)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Arc<RawResource>> + '_ {
+        self.0.iter().map(|r| &r.0)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 struct Collection {
-    items: BTreeMap<String, Arc<RawResource>>,
+    items: Items,
     history: VecDeque<Arc<StoredEvent>>,
     /// Every event of this collection with a sequence number above `floor` is in `history`.
     floor: u64,
@@ -143,7 +201,7 @@ struct Collection {
 impl Collection {
     fn new(floor: u64) -> Self {
         Self {
-            items: BTreeMap::new(),
+            items: Items::default(),
             history: VecDeque::new(),
             floor,
             notify: watch::Sender::new(floor),
@@ -838,7 +896,7 @@ impl Inner {
             .entry(kind)
             .or_insert_with(|| Collection::new(base));
         let r = Arc::new(r);
-        let old = c.items.insert(r.metadata.id.clone(), r.clone());
+        let old = c.items.insert(r.clone());
         self.account(Some(&r), old.as_deref());
     }
 
@@ -968,7 +1026,7 @@ impl Inner {
             .or_insert_with(|| Collection::new(base));
         let (added, removed) = match kind {
             EventKind::Created | EventKind::Updated => {
-                let prev = c.items.insert(r.metadata.id.clone(), r.clone());
+                let prev = c.items.insert(r.clone());
                 (Some(r.clone()), prev)
             }
             EventKind::Destroyed => (None, c.items.remove(&r.metadata.id)),
