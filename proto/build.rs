@@ -21,6 +21,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // prost's codec answers an undecodable request (a string that is not UTF-8, a
         // truncated field) with INTERNAL; ours says what it is: INVALID_ARGUMENT.
         .codec_path("crate::codec::Codec")
+        // Written by hand (src/encoded.rs): a server sends what it encoded once (events for all
+        // watchers; a resource for the log, the reply and the watchers).
+        .extern_path(
+            ".cosi.resource.WatchResponse",
+            "crate::encoded::WatchResponse",
+        )
+        .extern_path(
+            ".cosi.resource.GetResponse",
+            "crate::encoded::ResourceResponse",
+        )
+        .extern_path(
+            ".cosi.resource.ListResponse",
+            "crate::encoded::ResourceResponse",
+        )
+        .extern_path(
+            ".cosi.resource.CreateResponse",
+            "crate::encoded::ResourceResponse",
+        )
+        .extern_path(
+            ".cosi.resource.UpdateResponse",
+            "crate::encoded::ResourceResponse",
+        )
         .compile_fds(fds)?;
     Ok(())
 }

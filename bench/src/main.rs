@@ -91,6 +91,11 @@ struct Args {
     /// transport as stated; etcd's usual clients use TCP).
     #[arg(long)]
     etcd_unix: bool,
+    /// stated's watchers ask for the old resource with every update, as COSI sends it by
+    /// default. Without this flag they set `omit_old`, as the node's controller runtime does,
+    /// which matches etcd's watchers here (no `prev_kv`: no previous value).
+    #[arg(long)]
+    stated_with_old: bool,
     /// Before each run, wait up to this many seconds for the rest of the machine to be quiet
     /// (under 0.25 cores busy over one second); the busy CPU of others is reported per run.
     #[arg(long, default_value_t = 60.0)]
@@ -392,9 +397,13 @@ async fn run_updates(
         readies.push(rx);
         let ctx = ctx.clone();
         match sys {
-            System::Stated => {
-                watch_tasks.spawn(stated::watcher(s.stated.socket.clone(), ctx, tx, drain))
-            }
+            System::Stated => watch_tasks.spawn(stated::watcher(
+                s.stated.socket.clone(),
+                ctx,
+                tx,
+                drain,
+                !args.stated_with_old,
+            )),
             System::Etcd => {
                 watch_tasks.spawn(etcd::watcher(s.etcd.endpoint.clone(), ctx, tx, drain))
             }
@@ -701,7 +710,7 @@ fn report(
         loadavg()
     );
     println!(
-        "workload: {} keys, {}-byte specs, {} s measured after {} s warm-up, {} round(s); throughput runs: {} writers; latency runs: the same writers paced to {:?} updates/s in total; etcd clients over {}; data on tmpfs ({})",
+        "workload: {} keys, {}-byte specs, {} s measured after {} s warm-up, {} round(s); throughput runs: {} writers; latency runs: the same writers paced to {:?} updates/s in total; etcd clients over {}; stated's update events {} the old resource (etcd's: no prev_kv); data on tmpfs ({})",
         args.keys,
         args.spec_size,
         args.duration,
@@ -710,6 +719,7 @@ fn report(
         args.writers,
         args.latency_rate,
         if args.etcd_unix { "a Unix socket" } else { "TCP 127.0.0.1" },
+        if args.stated_with_old { "carry" } else { "omit" },
         args.tmpfs.display()
     );
     println!();
@@ -907,7 +917,7 @@ fn report(
         "etcd_version": etcd_version,
         "config": { "writers": args.writers, "keys": args.keys, "spec_size": args.spec_size, "duration_secs": args.duration,
                     "warmup_secs": args.warmup, "rounds": args.rounds, "watchers": args.watchers, "latency_rate": args.latency_rate,
-                    "etcd_transport": if args.etcd_unix { "unix" } else { "tcp" }, "tmpfs": args.tmpfs },
+                    "etcd_transport": if args.etcd_unix { "unix" } else { "tcp" }, "stated_old": args.stated_with_old, "tmpfs": args.tmpfs },
         "updates": sections,
         "list": list_json,
         "targets": targets,

@@ -145,12 +145,14 @@ pub async fn watcher(
     ctx: Arc<RunCtx>,
     ready: oneshot::Sender<()>,
     drain: Duration,
+    omit_old: bool,
 ) -> Result<WatchStats> {
     let client = Client::new(&socket)?;
     let mut watch = client.watch(WatchSpec {
         namespace: NS.into(),
         r#type: ITEMS.into(),
         bootstrap_bookmark: true,
+        omit_old,
         ..Default::default()
     });
     match tokio::time::timeout(Duration::from_secs(30), watch.next()).await {

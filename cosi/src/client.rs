@@ -11,7 +11,6 @@ use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use proto::state_client::StateClient;
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
@@ -87,6 +86,10 @@ pub struct WatchSpec {
     pub start_from_bookmark: Option<Vec<u8>>,
     /// Filters (kind watch only).
     pub query: Query,
+    /// Updates come without the old resource ([`Event::old`] is `None`): less to send and
+    /// decode. A talos-rs extension of the State API (`WatchOptions.omit_old`); a COSI server
+    /// ignores it and sends the old resource anyway.
+    pub omit_old: bool,
 }
 
 /// The kind of a watch event.
@@ -119,8 +122,13 @@ pub struct Event {
 
 /// Events of a watch, in order. Ends with an error only when the watch cannot go on (bad request,
 /// access denied); transport failures and overruns are hidden by resume and relist.
+///
+/// The watch runs in the consumer's task: each call reads the stream (reopening it, resuming or
+/// relisting as needed) until it has events to return; there is no task or queue in between.
+/// Every call is cancel-safe: a call dropped at any await (in `select!`, under `timeout`) loses
+/// no event, and the next call goes on where it stopped (a backoff keeps its deadline).
 pub struct Watch {
-    rx: mpsc::Receiver<Result<Vec<Event>, StateError>>,
+    state: Box<WatchState>,
     pending: std::collections::VecDeque<Event>,
 }
 
@@ -131,7 +139,7 @@ impl Watch {
             if let Some(e) = self.pending.pop_front() {
                 return Some(Ok(e));
             }
-            match self.rx.recv().await? {
+            match self.state.next_batch().await? {
                 Ok(batch) => self.pending.extend(batch),
                 Err(e) => return Some(Err(e)),
             }
@@ -143,7 +151,7 @@ impl Watch {
         if !self.pending.is_empty() {
             return Some(Ok(self.pending.drain(..).collect()));
         }
-        self.rx.recv().await
+        self.state.next_batch().await
     }
 }
 
@@ -682,11 +690,10 @@ impl Client {
 
     /// Starts a watch. Events arrive in order; the watch reconnects and resumes by itself.
     pub fn watch(&self, spec: WatchSpec) -> Watch {
-        let (tx, rx) = mpsc::channel(64);
-        let client = self.clone();
-        tokio::spawn(async move { run_watch(client, spec, tx).await });
+        let mut state = Box::new(WatchState::new(self.clone(), spec));
+        state.start();
         Watch {
-            rx,
+            state,
             pending: Default::default(),
         }
     }
@@ -712,6 +719,7 @@ impl Client {
                 aggregated: true,
                 start_from_bookmark: spec.start_from_bookmark.clone(),
                 bootstrap_bookmark: spec.bootstrap_bookmark,
+                omit_old: spec.omit_old,
             }),
         };
         let mut req = tonic::Request::new(req);
@@ -814,172 +822,278 @@ fn convert(e: proto::Event) -> Result<Result<Event, String>, StateError> {
     }))
 }
 
-async fn run_watch(
+/// A watch's progress: the open stream, where to resume, what the consumer has seen.
+struct WatchState {
     client: Client,
     spec: WatchSpec,
-    tx: mpsc::Sender<Result<Vec<Event>, StateError>>,
-) {
-    let mut seen = Seen::default();
-    // Where to resume. Bootstrap contents and a single watch's first event carry no bookmark
-    // (COSI), so until a live event (or BOOTSTRAPPED, or a NOOP) arrives, a reconnect relists.
-    let mut bookmark: Option<Vec<u8>> = spec.start_from_bookmark.clone();
-    // Whether the consumer has its initial view: the whole bootstrap up to BOOTSTRAPPED. A cut
-    // before it relists and then delivers the rest of the contents and the BOOTSTRAPPED.
-    let mut bootstrapped = !(spec.bootstrap && spec.id.is_none());
-    // A plain kind watch asks for a NOOP with the starting bookmark (dropped unless the
-    // consumer asked for it), so that a cut before the first event still resumes exactly.
-    let wants_noop = spec.bootstrap_bookmark;
-    let plain_kind = spec.id.is_none()
-        && !spec.bootstrap
-        && spec.tail_events == 0
-        && spec.start_from_bookmark.is_none();
-    let mut relisting = false;
-    let mut first = true;
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let mut req = spec.clone();
-        if first && plain_kind {
+    seen: Seen,
+    /// Where to resume. Bootstrap contents and a single watch's first event carry no bookmark
+    /// (COSI), so until a live event (or BOOTSTRAPPED, or a NOOP) arrives, a reconnect relists.
+    bookmark: Option<Vec<u8>>,
+    /// Whether the consumer has its initial view: the whole bootstrap up to BOOTSTRAPPED. A cut
+    /// before it relists and then delivers the rest of the contents and the BOOTSTRAPPED.
+    bootstrapped: bool,
+    /// A plain kind watch asks for a NOOP with the starting bookmark (dropped unless the
+    /// consumer asked for it), so that a cut before the first event still resumes exactly.
+    wants_noop: bool,
+    plain_kind: bool,
+    /// The next open relists (the bookmark is gone, or the bootstrap was cut).
+    relisting: bool,
+    /// No stream was opened yet.
+    first: bool,
+    backoff: Duration,
+    /// The stream being read.
+    stream: Option<tonic::Streaming<proto::WatchResponse>>,
+    /// During a relist, the current contents are collected, then diffed against what was seen.
+    relist: Option<Vec<RawResource>>,
+    /// Do not open again before this (a backoff that survives a cancelled call).
+    retry_at: Option<tokio::time::Instant>,
+    /// The watch ended with an error that was returned.
+    ended: bool,
+    /// The first open, started by [`Client::watch`] so that the watch is established in the
+    /// background at once (events after that call are delivered even before the consumer
+    /// first asks), as it was when a task ran each watch.
+    opening:
+        Option<tokio::task::JoinHandle<Result<tonic::Streaming<proto::WatchResponse>, StateError>>>,
+}
+
+impl Drop for WatchState {
+    fn drop(&mut self) {
+        if let Some(h) = &self.opening {
+            h.abort();
+        }
+    }
+}
+
+impl WatchState {
+    fn new(client: Client, spec: WatchSpec) -> Self {
+        let plain_kind = spec.id.is_none()
+            && !spec.bootstrap
+            && spec.tail_events == 0
+            && spec.start_from_bookmark.is_none();
+        Self {
+            bookmark: spec.start_from_bookmark.clone(),
+            bootstrapped: !(spec.bootstrap && spec.id.is_none()),
+            wants_noop: spec.bootstrap_bookmark,
+            plain_kind,
+            relisting: false,
+            first: true,
+            backoff: Duration::from_millis(50),
+            stream: None,
+            relist: None,
+            retry_at: None,
+            ended: false,
+            opening: None,
+            seen: Seen::default(),
+            client,
+            spec,
+        }
+    }
+
+    /// The request of the next open.
+    fn request(&mut self) -> WatchSpec {
+        let mut req = self.spec.clone();
+        if self.first && self.plain_kind {
             req.bootstrap_bookmark = true;
         }
-        if !first && (bookmark.is_none() || !bootstrapped) {
-            relisting = true;
+        if !self.first && (self.bookmark.is_none() || !self.bootstrapped) {
+            self.relisting = true;
         }
-        if !first {
+        if !self.first {
             req.tail_events = 0;
             req.bootstrap_bookmark = false;
-            if relisting {
+            if self.relisting {
                 req.start_from_bookmark = None;
                 req.bootstrap = req.id.is_none();
             } else {
                 req.bootstrap = false;
-                req.start_from_bookmark = bookmark.clone();
+                req.start_from_bookmark = self.bookmark.clone();
             }
         }
-        let mut stream = match client.open(&req).await {
-            Ok(s) => s,
-            Err(e) if e.kind() == ErrorKind::InvalidBookmark && !first => {
-                tracing::debug!(r#type = %spec.r#type, "watch bookmark expired, relisting");
-                relisting = true;
-                continue;
+        req
+    }
+
+    /// Starts the first open in the background.
+    fn start(&mut self) {
+        let req = self.request();
+        let client = self.client.clone();
+        self.opening = Some(tokio::spawn(async move { client.open(&req).await }));
+    }
+
+    /// Takes the outcome of an open; `Some` is what the consumer gets now.
+    fn opened(
+        &mut self,
+        r: Result<tonic::Streaming<proto::WatchResponse>, StateError>,
+    ) -> Option<Option<Result<Vec<Event>, StateError>>> {
+        match r {
+            Ok(s) => {
+                self.relist = self.relisting.then(Vec::new);
+                self.stream = Some(s);
+                self.first = false;
+                self.relisting = false;
+                self.backoff = Duration::from_millis(50);
             }
-            Err(e) if permanent(&e) || first && e.kind() == ErrorKind::InvalidBookmark => {
-                let _ = tx.send(Err(e)).await;
-                return;
+            Err(e) if e.kind() == ErrorKind::InvalidBookmark && !self.first => {
+                tracing::debug!(r#type = %self.spec.r#type, "watch bookmark expired, relisting");
+                self.relisting = true;
+            }
+            Err(e) if permanent(&e) || self.first && e.kind() == ErrorKind::InvalidBookmark => {
+                return Some(self.end(e));
             }
             Err(e) => {
                 tracing::debug!(error = %e, "watch: stated unavailable, retrying");
-                if tx.is_closed() {
-                    return;
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-                continue;
+                self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
             }
-        };
-        let was_relisting = relisting;
-        first = false;
-        relisting = false;
-        backoff = Duration::from_millis(50);
-        // During a relist, the current contents are collected, then diffed against what was seen.
-        let mut relist: Option<Vec<RawResource>> = was_relisting.then(Vec::new);
+        }
+        None
+    }
+
+    /// The stream ended or broke: open again after the backoff (a cut relist starts over).
+    fn lost_stream(&mut self) {
+        self.stream = None;
+        if self.relist.take().is_some() {
+            self.relisting = true;
+        }
+        self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
+    }
+
+    fn end(&mut self, e: StateError) -> Option<Result<Vec<Event>, StateError>> {
+        self.ended = true;
+        self.stream = None;
+        Some(Err(e))
+    }
+
+    /// The next events for the consumer; `None` after the error that ended the watch.
+    async fn next_batch(&mut self) -> Option<Result<Vec<Event>, StateError>> {
         loop {
-            let msg = tokio::select! {
-                m = stream.message() => m,
-                _ = tx.closed() => return,
-            };
-            let batch = match msg {
-                Ok(Some(resp)) => resp.event,
-                Ok(None) => break,
-                Err(s) => {
-                    let e = StateError::from_status(Op::Watch, &s);
-                    if permanent(&e) {
-                        let _ = tx.send(Err(e)).await;
-                        return;
+            if self.ended {
+                return None;
+            }
+            if let Some(stream) = self.stream.as_mut() {
+                // Cancel-safe: `message` only polls the stream.
+                let batch = match stream.message().await {
+                    Ok(Some(resp)) => resp.event,
+                    Ok(None) => {
+                        self.lost_stream();
+                        continue;
                     }
-                    break;
-                }
-            };
-            let mut out = Vec::with_capacity(batch.len());
-            let mut errored = false;
-            for pe in batch {
-                let ev = match convert(pe) {
-                    Ok(Ok(ev)) => ev,
-                    Ok(Err(msg)) => {
-                        tracing::debug!(error = %msg, "watch errored, resuming");
-                        errored = true;
-                        break;
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e)).await;
-                        return;
+                    Err(s) => {
+                        let e = StateError::from_status(Op::Watch, &s);
+                        if permanent(&e) {
+                            return self.end(e);
+                        }
+                        self.lost_stream();
+                        continue;
                     }
                 };
-                if let Some(b) = &ev.bookmark {
-                    bookmark = Some(b.clone());
-                }
-                if ev.kind == EventKind::Noop && !wants_noop {
-                    continue;
-                }
-                if let Some(list) = relist.as_mut() {
-                    match ev.kind {
-                        EventKind::Created if spec.id.is_none() => {
-                            list.push(ev.resource);
-                            continue;
+                match self.take(batch) {
+                    Ok((out, errored)) => {
+                        if errored {
+                            self.lost_stream();
                         }
-                        EventKind::Bootstrapped => {
-                            out.extend(diff_relist(&mut seen, &spec, std::mem::take(list)));
-                            relist = None;
-                            if !bootstrapped {
-                                // The first bootstrap was cut: its rest came from this relist.
-                                bootstrapped = true;
-                                out.push(ev);
-                            }
-                            continue;
+                        if !out.is_empty() {
+                            return Some(Ok(out));
                         }
-                        _ if spec.id.is_some() => {
-                            // A single watch restarts with the current state as its first event.
-                            relist = None;
-                            let known = seen.versions.get(&ev.resource.metadata.id).map(|v| v.0);
-                            let skip = match ev.kind {
-                                EventKind::Created => known == Some(ev.resource.metadata.version),
-                                EventKind::Destroyed => known.is_none(),
-                                _ => false,
-                            };
-                            if skip {
-                                continue;
-                            }
-                            let mut ev = ev;
-                            if ev.kind == EventKind::Created && known.is_some() {
-                                ev.kind = EventKind::Updated;
-                            }
-                            seen.record(&ev);
-                            out.push(ev);
-                            continue;
-                        }
-                        _ => {}
                     }
+                    Err(e) => return self.end(e),
                 }
-                if ev.kind == EventKind::Bootstrapped {
-                    bootstrapped = true;
+                continue;
+            }
+            let r = if let Some(h) = self.opening.as_mut() {
+                // Cancel-safe: the open goes on in its task.
+                let r = h.await.unwrap_or_else(|e| {
+                    Err(StateError::new(
+                        ErrorKind::Unavailable,
+                        format!("watch: opening failed: {e}"),
+                    ))
+                });
+                self.opening = None;
+                r
+            } else {
+                if let Some(at) = self.retry_at {
+                    tokio::time::sleep_until(at).await;
+                    self.retry_at = None;
                 }
-                seen.record(&ev);
-                out.push(ev);
-            }
-            if !out.is_empty() && tx.send(Ok(out)).await.is_err() {
-                return;
-            }
-            if errored {
-                break;
+                let req = self.request();
+                self.client.open(&req).await
+            };
+            if let Some(out) = self.opened(r) {
+                return out;
             }
         }
-        if relist.is_some() {
-            // Cut during a relist: start the relist again.
-            relisting = true;
+    }
+
+    /// Turns a response into the consumer's events; whether the stream reported an error (it
+    /// fell behind: resume).
+    fn take(&mut self, batch: Vec<proto::Event>) -> Result<(Vec<Event>, bool), StateError> {
+        let spec = &self.spec;
+        let mut out = Vec::with_capacity(batch.len());
+        for pe in batch {
+            let ev = match convert(pe)? {
+                Ok(ev) => ev,
+                Err(msg) => {
+                    tracing::debug!(error = %msg, "watch errored, resuming");
+                    return Ok((out, true));
+                }
+            };
+            if let Some(b) = &ev.bookmark {
+                self.bookmark = Some(b.clone());
+            }
+            if ev.kind == EventKind::Noop && !self.wants_noop {
+                continue;
+            }
+            if let Some(list) = self.relist.as_mut() {
+                match ev.kind {
+                    EventKind::Created if spec.id.is_none() => {
+                        list.push(ev.resource);
+                        continue;
+                    }
+                    EventKind::Bootstrapped => {
+                        let current = std::mem::take(list);
+                        out.extend(diff_relist(&mut self.seen, spec, current));
+                        self.relist = None;
+                        if !self.bootstrapped {
+                            // The first bootstrap was cut: its rest came from this relist.
+                            self.bootstrapped = true;
+                            out.push(ev);
+                        }
+                        continue;
+                    }
+                    _ if spec.id.is_some() => {
+                        // A single watch restarts with the current state as its first event.
+                        self.relist = None;
+                        let known = self
+                            .seen
+                            .versions
+                            .get(&ev.resource.metadata.id)
+                            .map(|v| v.0);
+                        let skip = match ev.kind {
+                            EventKind::Created => known == Some(ev.resource.metadata.version),
+                            EventKind::Destroyed => known.is_none(),
+                            _ => false,
+                        };
+                        if skip {
+                            continue;
+                        }
+                        let mut ev = ev;
+                        if ev.kind == EventKind::Created && known.is_some() {
+                            ev.kind = EventKind::Updated;
+                        }
+                        self.seen.record(&ev);
+                        out.push(ev);
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            if ev.kind == EventKind::Bootstrapped {
+                self.bootstrapped = true;
+            }
+            self.seen.record(&ev);
+            out.push(ev);
         }
-        if tx.is_closed() {
-            return;
-        }
-        tokio::time::sleep(backoff).await;
+        Ok((out, false))
     }
 }
 

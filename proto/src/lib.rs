@@ -3,10 +3,20 @@
 #![allow(missing_docs, clippy::all)]
 
 pub mod codec;
+pub mod encoded;
 
 /// `cosi.resource`: resources, events and the State service.
 pub mod resource {
     tonic::include_proto!("cosi.resource");
+    pub use crate::encoded::{ResourceResponse, WatchResponse};
+    /// `cosi.resource.GetResponse`.
+    pub type GetResponse = ResourceResponse;
+    /// `cosi.resource.ListResponse`.
+    pub type ListResponse = ResourceResponse;
+    /// `cosi.resource.CreateResponse`.
+    pub type CreateResponse = ResourceResponse;
+    /// `cosi.resource.UpdateResponse`.
+    pub type UpdateResponse = ResourceResponse;
 
     /// `cosi.resource.meta`: the spec messages of the meta namespace.
     pub mod meta {

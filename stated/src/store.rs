@@ -7,14 +7,16 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use bytes::Bytes;
 use cosi::definition::{NamespaceSpec, ResourceDefinition, META_NAMESPACE};
 use cosi::error::{ErrorKind, StateError, OWNER_CONFLICT_PREFIX, PHASE_PREFIX};
 use cosi::resource::{Metadata, Phase, RawResource, ResourceSpec};
+use prost::Message as _;
 use tokio::sync::watch;
 
 use crate::access::check_name;
 use crate::labels::Filter;
-use crate::persist::{frame, DurableFiles, Header, PersistError, Record, RunFiles};
+use crate::persist::{frame, frame_record, DurableFiles, Header, PersistError, Record, RunFiles};
 
 /// Largest spec accepted.
 pub const MAX_SPEC: usize = 1024 * 1024;
@@ -125,11 +127,17 @@ pub struct StoredEvent {
     pub resource: Arc<RawResource>,
     /// The resource before an update.
     pub old: Option<Arc<RawResource>>,
-    /// The event as sent on the wire when no filter rewrites it, built once by the first
-    /// watcher and cloned by the others. Boxed: most events are never watched, and the
-    /// history keeps thousands of them.
-    pub wire: std::sync::OnceLock<Box<proto::Event>>,
-    /// The bytes of the resource it holds, as counted against the history limit.
+    /// `resource` encoded (a `cosi.resource.Resource` message): encoded once, at the write, for
+    /// the run log, the writer's reply and every watcher's event.
+    pub encoded: Bytes,
+    /// The event encoded as sent on the wire when no filter rewrites it, without the old
+    /// resource: encoded once, by the first watcher, and shared by the others (a reference
+    /// count, not a copy).
+    pub wire: std::sync::OnceLock<Bytes>,
+    /// The same, of an update, with the old resource (for watchers that did not ask to omit it).
+    pub wire_with_old: std::sync::OnceLock<Bytes>,
+    /// What it holds, as counted against the history limit: the resource, and its wire forms
+    /// (the resource, and again with the old one) whether or not a watcher encoded them yet.
     size: usize,
 }
 
@@ -234,6 +242,21 @@ struct Prepared {
     resource: Arc<RawResource>,
     /// The resource before an update.
     old: Option<Arc<RawResource>>,
+}
+
+/// A resource as a write left it, and its encoding (a `cosi.resource.Resource` message), made
+/// once for the log, the reply and the watchers.
+#[derive(Clone, Debug)]
+pub struct Written {
+    /// The resource.
+    pub resource: Arc<RawResource>,
+    /// Its encoding.
+    pub encoded: Bytes,
+}
+
+/// Encodes a resource as a `cosi.resource.Resource` message.
+pub fn encode_resource(r: &RawResource) -> Bytes {
+    Bytes::from(r.to_proto().encode_to_vec())
 }
 
 /// The store. All methods are synchronous; all but the writes of durable namespaces are short
@@ -530,22 +553,33 @@ impl Store {
         ns: &str,
         op: impl FnOnce(&Inner) -> Result<(Option<Prepared>, T), StateError>,
     ) -> Result<T, StateError> {
+        Ok(self.write_encoded(ns, op)?.0)
+    }
+
+    /// [`Store::write`], also returning the written resource's encoding (`None` if nothing
+    /// was written).
+    fn write_encoded<T>(
+        &self,
+        ns: &str,
+        op: impl FnOnce(&Inner) -> Result<(Option<Prepared>, T), StateError>,
+    ) -> Result<(T, Option<Bytes>), StateError> {
         let durable = match &self.durable {
             Some(d) if (self.durable_namespaces)(ns) => d,
             _ => {
                 let mut inner = lock(&self.inner);
                 let (w, out) = op(&inner)?;
-                if let Some(w) = w {
-                    inner.commit(w)?;
-                }
-                return Ok(out);
+                let encoded = match w {
+                    Some(w) => Some(inner.commit(w)?),
+                    None => None,
+                };
+                return Ok((out, encoded));
             }
         };
         let _serial = lock(&self.durable_writes);
         let (w, out, after) = {
             let inner = lock(&self.inner);
             let (w, out) = op(&inner)?;
-            let Some(w) = w else { return Ok(out) };
+            let Some(w) = w else { return Ok((out, None)) };
             let after = inner.namespace_after(ns, &w);
             (w, out, after)
         };
@@ -557,8 +591,8 @@ impl Store {
             .write(ns, after.iter().map(|r| r.as_ref()))
             .map_err(persist_error)?;
         // Nothing wrote this namespace meanwhile (`durable_writes`): the checks still hold.
-        lock(&self.inner).commit(w)?;
-        Ok(out)
+        let encoded = lock(&self.inner).commit(w)?;
+        Ok((out, Some(encoded)))
     }
 
     /// Makes every durable write call `pause` (without the store lock) before its file is
@@ -599,16 +633,17 @@ impl Store {
     }
 
     /// Creates a resource; it is owned by `owner`.
-    pub fn create(&self, r: RawResource, owner: &str) -> Result<Arc<RawResource>, StateError> {
+    pub fn create(&self, r: RawResource, owner: &str) -> Result<Written, StateError> {
         validate(&r)?;
         let ns = r.metadata.namespace.clone();
-        let created = self.write(&ns, |inner| {
+        let (resource, encoded) = self.write_encoded(&ns, |inner| {
             let w = inner.prepare_create(r, owner)?;
             let created = w.resource.clone();
             Ok((Some(w), created))
         })?;
         self.ensure_namespace(&ns)?;
-        Ok(created)
+        let encoded = encoded.unwrap_or_else(|| encode_resource(&resource));
+        Ok(Written { resource, encoded })
     }
 
     /// Registers a namespace in `meta` when it is first written (standalone mode).
@@ -639,14 +674,16 @@ impl Store {
         r: RawResource,
         owner: &str,
         expected_phase: Option<Phase>,
-    ) -> Result<Arc<RawResource>, StateError> {
+    ) -> Result<Written, StateError> {
         validate(&r)?;
         let ns = r.metadata.namespace.clone();
-        self.write(&ns, |inner| {
+        let (resource, encoded) = self.write_encoded(&ns, |inner| {
             let w = inner.prepare_update(r, owner, expected_phase)?;
             let updated = w.resource.clone();
             Ok((Some(w), updated))
-        })
+        })?;
+        let encoded = encoded.unwrap_or_else(|| encode_resource(&resource));
+        Ok(Written { resource, encoded })
     }
 
     /// Destroys a resource that has no finalizers.
@@ -990,6 +1027,7 @@ impl Inner {
         let seq = rec.seq;
         match rec.resource {
             Some(r) => {
+                let encoded = Bytes::from(r.encode_to_vec());
                 let r = Arc::new(RawResource::from_proto(r)?);
                 let old = self.get(&r.metadata.namespace, &r.metadata.r#type, &r.metadata.id);
                 let kind = if old.is_some() {
@@ -997,11 +1035,12 @@ impl Inner {
                 } else {
                     EventKind::Created
                 };
-                self.apply(seq, kind, r, old);
+                self.apply(seq, kind, r, old, encoded);
             }
             None => {
                 if let Some(old) = self.get(&rec.namespace, &rec.r#type, &rec.id) {
-                    self.apply(seq, EventKind::Destroyed, old, None);
+                    let encoded = encode_resource(&old);
+                    self.apply(seq, EventKind::Destroyed, old, None, encoded);
                 }
             }
         }
@@ -1016,6 +1055,7 @@ impl Inner {
         kind: EventKind,
         r: Arc<RawResource>,
         old: Option<Arc<RawResource>>,
+        encoded: Bytes,
     ) {
         let key = kind_of(&r.metadata);
         let cap = self.history_cap;
@@ -1031,13 +1071,15 @@ impl Inner {
             }
             EventKind::Destroyed => (None, c.items.remove(&r.metadata.id)),
         };
-        let size = size_of(&r);
+        let size = 3 * size_of(&r) + old.as_deref().map_or(0, size_of);
         c.history.push_back(Arc::new(StoredEvent {
             seq,
             kind,
             resource: r,
             old,
+            encoded,
             wire: std::sync::OnceLock::new(),
+            wire_with_old: std::sync::OnceLock::new(),
             size,
         }));
         let mut dropped = (0usize, 0usize);
@@ -1057,35 +1099,35 @@ impl Inner {
 
     /// Logs then applies a checked write (a durable namespace's file is written before, by
     /// [`Store::write`]). Nothing changes in memory if logging fails.
-    fn commit(&mut self, w: Prepared) -> Result<(), StateError> {
+    /// Persists and applies a checked write; returns the resource's encoding.
+    fn commit(&mut self, w: Prepared) -> Result<Bytes, StateError> {
         let Prepared {
             kind,
             resource: r,
             old,
         } = w;
         let seq = self.seq + 1;
+        let encoded = encode_resource(&r);
         if let Some(run) = self.run.as_mut() {
-            let rec = match kind {
-                EventKind::Destroyed => Record {
-                    seq,
-                    resource: None,
-                    namespace: r.metadata.namespace.clone(),
-                    r#type: r.metadata.r#type.clone(),
-                    id: r.metadata.id.clone(),
-                },
-                _ => Record {
-                    seq,
-                    resource: Some(r.to_proto()),
-                    ..Default::default()
-                },
-            };
             let mut buf = Vec::new();
-            frame(&rec, &mut buf);
+            match kind {
+                EventKind::Destroyed => frame(
+                    &Record {
+                        seq,
+                        resource: None,
+                        namespace: r.metadata.namespace.clone(),
+                        r#type: r.metadata.r#type.clone(),
+                        id: r.metadata.id.clone(),
+                    },
+                    &mut buf,
+                ),
+                _ => frame_record(seq, &encoded, &mut buf),
+            }
             run.append(&buf).map_err(persist_error)?;
             self.log_records += 1;
         }
         self.seq = seq;
-        self.apply(seq, kind, r, old);
+        self.apply(seq, kind, r, old, encoded.clone());
         // Compact once the log holds more than twice the live data (and a few MiB): the log
         // then never grows past about three times what is stored, however often it is written.
         let log = self.run.as_ref().map_or(0, RunFiles::log_bytes);
@@ -1094,7 +1136,7 @@ impl Inner {
                 tracing::warn!(error = %cosi::error::Chain(&e), "log compaction failed; will retry");
             }
         }
-        Ok(())
+        Ok(encoded)
     }
 
     fn compact(&mut self) -> Result<(), PersistError> {
@@ -1312,7 +1354,7 @@ mod tests {
 
         release.send(()).expect("the writer waits");
         let written = writer.join().expect("the writer does not panic");
-        assert_eq!(written.map(|r| r.metadata.version), Ok(1));
+        assert_eq!(written.map(|r| r.resource.metadata.version), Ok(1));
         assert_eq!(
             store
                 .get("config", "Things.test.dev", "machine")

@@ -277,10 +277,10 @@ async fn fuzz_run(node: bool, mut frames: &[u8]) -> Vec<FuzzOutcome> {
                 while let Some(Some(_)) = futures::FutureExt::now_or_never(items.next()) {}
             }),
             2 => call!(proto::CreateRequest, |m| s.create(req(uid, m)), |r| {
-                fuzz_check_stored(&store, r.into_inner().resource)
+                fuzz_check_stored(&store, r.into_inner())
             }),
             3 => call!(proto::UpdateRequest, |m| s.update(req(uid, m)), |r| {
-                fuzz_check_stored(&store, r.into_inner().resource)
+                fuzz_check_stored(&store, r.into_inner())
             }),
             4 => call!(proto::DestroyRequest, |m| s.destroy(req(uid, m))),
             5 => call!(proto::WatchRequest, |m| s.watch(req(uid, m)), |r| watches
@@ -289,7 +289,7 @@ async fn fuzz_run(node: bool, mut frames: &[u8]) -> Vec<FuzzOutcome> {
             _ => call!(proto::TeardownAndDestroyRequest, |m| s
                 .teardown_and_destroy(req(uid, m))),
         });
-        // Let the watch tasks run, then read what every open stream has ready.
+        // Let the other tasks run, then read what every open stream has ready.
         for _ in 0..4 {
             tokio::task::yield_now().await;
         }
@@ -316,7 +316,11 @@ async fn fuzz_bounded<F: std::future::Future>(f: F) -> Option<F::Output> {
 }
 
 /// What the service returned as written is in the store, under valid names.
-fn fuzz_check_stored(store: &Store, written: Option<proto::Resource>) {
+fn fuzz_check_stored(store: &Store, written: proto::ResourceResponse) {
+    // As a client decodes it (stated sends the resource encoded).
+    let written = prost::Message::decode(prost::Message::encode_to_vec(&written).as_slice())
+        .map(|r: proto::ResourceResponse| r.resource)
+        .expect("the reply decodes");
     let md = written
         .and_then(|r| r.metadata)
         .expect("a write returns the resource it wrote");

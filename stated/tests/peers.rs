@@ -249,6 +249,7 @@ async fn child_client() {
                 tail_events: 0,
                 start_from_bookmark: None,
                 query: Default::default(),
+                omit_old: false,
             });
             assert!(w.next().await.unwrap().is_ok());
             let e = c.get("network", T, "eth0").await.unwrap_err();
@@ -264,6 +265,7 @@ async fn child_client() {
                 tail_events: 0,
                 start_from_bookmark: None,
                 query: Default::default(),
+                omit_old: false,
             });
             let e = w.next().await.unwrap().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");

@@ -791,3 +791,120 @@ async fn a_grpc_c_core_client_is_served_over_the_unix_socket() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A watch is read in its consumer's task, and a consumer may drop a read half-way (a
+/// `select!`, a `timeout`): nothing may be lost or repeated by that, whether the read was
+/// waiting for the stream, for the first open or for a reconnect's backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_read_dropped_half_way_loses_nothing() {
+    let mut h = Harness::start().await;
+    let c = h.client.clone();
+    let mut w = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        bootstrap_bookmark: true,
+        omit_old: true,
+        ..Default::default()
+    });
+    // The watch was opened by `watch` itself: a write made before the first read is seen.
+    let noop = next(&mut w).await;
+    assert_eq!(noop.kind, EventKind::Noop);
+    const N: usize = 300;
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let mut cur = c.create(&res(NS, T, "k", "0"), "").await.unwrap();
+            for i in 1..N {
+                cur.spec = cosi::resource::encode_spec(&i.to_string()).unwrap();
+                cur = c.update(&cur, "", None).await.unwrap();
+                if i % 50 == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        })
+    };
+    // Reads cut after 50 µs, most of them while waiting: every version arrives once, in order.
+    let mut got = Vec::new();
+    let mut cut = 0;
+    while got.len() < N {
+        match tokio::time::timeout(Duration::from_micros(50), w.next()).await {
+            Ok(Some(Ok(e))) => {
+                assert!(e.old.is_none(), "asked without the old resource");
+                got.push(e.resource.metadata.version);
+            }
+            Ok(other) => panic!("watch ended: {other:?}"),
+            Err(_) => cut += 1,
+        }
+    }
+    writer.await.unwrap();
+    assert_eq!(got, (1..=N as u64).collect::<Vec<_>>());
+    assert!(cut > 0, "no read was cut: the test did not test");
+
+    // stated goes away; the watch, read with short deadlines, keeps its backoff across the
+    // cut reads and resumes from its bookmark once stated is back.
+    h.stop().await;
+    for _ in 0..20 {
+        assert!(tokio::time::timeout(Duration::from_millis(10), w.next())
+            .await
+            .is_err());
+    }
+    h.restart().await;
+    let mut cur = c.get(NS, T, "k").await.unwrap();
+    cur.spec = cosi::resource::encode_spec(&"after").unwrap();
+    c.update(&cur, "", None).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let e = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch did not resume"
+        );
+        if let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(10), w.next()).await {
+            break e.unwrap();
+        }
+    };
+    assert_eq!(
+        (e.kind, e.resource.metadata.version),
+        (EventKind::Updated, N as u64 + 1)
+    );
+}
+
+/// `omit_old` (a talos-rs extension) leaves the old resource out of updates; without it an
+/// update carries it, as COSI's do.
+#[tokio::test]
+async fn updates_carry_the_old_resource_unless_asked_not_to() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let spec = |omit_old| WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        bootstrap_bookmark: true,
+        omit_old,
+        ..Default::default()
+    };
+    let (mut with, mut without) = (c.watch(spec(false)), c.watch(spec(true)));
+    assert_eq!(next(&mut with).await.kind, EventKind::Noop);
+    assert_eq!(next(&mut without).await.kind, EventKind::Noop);
+    let mut cur = c.create(&res(NS, T, "a", "1"), "").await.unwrap();
+    cur.spec = cosi::resource::encode_spec(&"2").unwrap();
+    c.update(&cur, "", None).await.unwrap();
+    for w in [&mut with, &mut without] {
+        let e = next(w).await;
+        assert_eq!(
+            (e.kind, value(&e.resource).as_str()),
+            (EventKind::Created, "1")
+        );
+        assert!(e.old.is_none());
+    }
+    let e = next(&mut with).await;
+    assert_eq!(
+        (e.kind, value(&e.resource).as_str()),
+        (EventKind::Updated, "2")
+    );
+    assert_eq!(value(e.old.as_ref().expect("old resource")), "1");
+    let e = next(&mut without).await;
+    assert_eq!(
+        (e.kind, value(&e.resource).as_str()),
+        (EventKind::Updated, "2")
+    );
+    assert!(e.old.is_none());
+}

@@ -190,6 +190,8 @@ async fn watch(
             r#type: kind.r#type.clone(),
             id: id.map(str::to_string),
             bootstrap: id.is_none(),
+            // Only the resource is printed.
+            omit_old: true,
             ..WatchSpec::default()
         });
         let (tx, node) = (tx.clone(), source.node.clone());

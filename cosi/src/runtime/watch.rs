@@ -62,6 +62,8 @@ pub(crate) async fn watch_kind(
             namespace: namespace.clone(),
             r#type: r#type.clone(),
             bootstrap_bookmark: true,
+            // Controllers read their inputs; only the resource's metadata wakes them.
+            omit_old: true,
             ..WatchSpec::default()
         });
         while let Some(batch) = watch.next_batch().await {
