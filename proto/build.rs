@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/common/common.proto",
         "proto/machine/machine.proto",
         "proto/talosrs/audit.proto",
+        "proto/talosrs/state.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");
@@ -23,6 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .codec_path("crate::codec::Codec")
         // Written by hand (src/encoded.rs): a server sends what it encoded once (events for all
         // watchers; a resource for the log, the reply and the watchers).
+        // A batch's results carry the resources stated encoded once (shared, not copied).
+        .bytes(".talosrs.state.WriteResult.resource")
         .extern_path(
             ".cosi.resource.WatchResponse",
             "crate::encoded::WatchResponse",

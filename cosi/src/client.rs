@@ -10,12 +10,143 @@ use std::time::Duration;
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use proto::state_client::StateClient;
+use proto::talosrs::state::batch_client::BatchClient;
 use tokio::net::UnixStream;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{ErrorKind, Op, StateError};
 use crate::resource::{Metadata, Phase, RawResource, Resource, ResourceSpec};
+
+/// Writes sent in one batch call at most (stated's limit).
+pub const MAX_BATCH: usize = 256;
+
+/// Bytes of resources sent in one batch call at most (unless one write is larger), well below
+/// stated's request limit.
+const BATCH_BYTES: usize = 1024 * 1024;
+
+/// Splits writes into the batches of single calls: [`MAX_BATCH`] writes or [`BATCH_BYTES`] at
+/// most each.
+fn chunks(writes: Vec<BatchWrite>) -> Vec<Vec<BatchWrite>> {
+    let mut out = Vec::new();
+    let mut cur: Vec<BatchWrite> = Vec::new();
+    let mut bytes = 0;
+    for w in writes {
+        let size = w.size();
+        if !cur.is_empty() && (cur.len() == MAX_BATCH || bytes + size > BATCH_BYTES) {
+            out.push(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        bytes += size;
+        cur.push(w);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Writes of a batch made one by one in flight at once, when the server has no batch service.
+const ONE_BY_ONE_IN_FLIGHT: usize = 32;
+
+/// One write of [`Client::write_batch`].
+#[derive(Clone, Debug)]
+pub enum BatchWrite {
+    /// Creates `resource` as `owner`.
+    Create {
+        /// The resource.
+        resource: RawResource,
+        /// Its owner.
+        owner: String,
+    },
+    /// Updates `resource` (its version must be the stored one) as `owner`.
+    Update {
+        /// The resource.
+        resource: RawResource,
+        /// Its owner.
+        owner: String,
+        /// The phase it must be in (`None`: any).
+        expected_phase: Option<Phase>,
+    },
+    /// Destroys a resource as `owner`.
+    Destroy {
+        /// Namespace.
+        namespace: String,
+        /// Type.
+        r#type: String,
+        /// ID.
+        id: String,
+        /// Its owner.
+        owner: String,
+    },
+}
+
+impl BatchWrite {
+    /// About what the write takes on the wire.
+    fn size(&self) -> usize {
+        match self {
+            BatchWrite::Create { resource, .. } | BatchWrite::Update { resource, .. } => {
+                let md = &resource.metadata;
+                resource.spec.len()
+                    + resource.yaml_spec.len()
+                    + md.id.len()
+                    + md.labels
+                        .iter()
+                        .chain(&md.annotations)
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>()
+                    + md.finalizers.iter().map(String::len).sum::<usize>()
+                    + 128
+            }
+            BatchWrite::Destroy { id, .. } => id.len() + 128,
+        }
+    }
+
+    fn op(&self) -> Op {
+        match self {
+            BatchWrite::Create { .. } => Op::Create,
+            BatchWrite::Update { .. } => Op::Update,
+            BatchWrite::Destroy { .. } => Op::Destroy,
+        }
+    }
+
+    fn to_proto(&self) -> proto::talosrs::state::Write {
+        use proto::talosrs::state::write::Op as W;
+        let op = match self {
+            BatchWrite::Create { resource, owner } => W::Create(proto::CreateRequest {
+                resource: Some(resource.to_proto()),
+                options: Some(proto::CreateOptions {
+                    owner: owner.clone(),
+                }),
+            }),
+            BatchWrite::Update {
+                resource,
+                owner,
+                expected_phase,
+            } => W::Update(proto::UpdateRequest {
+                new_resource: Some(resource.to_proto()),
+                options: Some(proto::UpdateOptions {
+                    owner: owner.clone(),
+                    expected_phase: expected_phase.map(|p| p.as_str().to_string()),
+                }),
+            }),
+            BatchWrite::Destroy {
+                namespace,
+                r#type,
+                id,
+                owner,
+            } => W::Destroy(proto::DestroyRequest {
+                namespace: namespace.clone(),
+                r#type: r#type.clone(),
+                id: id.clone(),
+                options: Some(proto::DestroyOptions {
+                    owner: owner.clone(),
+                }),
+            }),
+        };
+        proto::talosrs::state::Write { op: Some(op) }
+    }
+}
 
 /// Largest message the client sends or accepts.
 pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
@@ -24,6 +155,11 @@ pub const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: StateClient<Channel>,
+    /// `talosrs.state.Batch` on the same connection.
+    batch: BatchClient<Channel>,
+    /// The server answered that it has no batch service (an upstream COSI server): writes
+    /// are made one by one from then on.
+    no_batch: Arc<std::sync::atomic::AtomicBool>,
     peer: Arc<str>,
     metadata: Arc<[(MetadataKey<Ascii>, MetadataValue<Ascii>)]>,
     read_retry: Duration,
@@ -180,11 +316,16 @@ impl Client {
     /// A client of the State API at the other end of `channel` (apid's, over TLS), named
     /// `peer` in errors ("apid at 127.0.0.1:50000").
     pub fn over(channel: Channel, peer: impl Into<String>) -> Self {
-        let inner = StateClient::new(channel)
+        let inner = StateClient::new(channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let batch = BatchClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         Self {
             inner,
+            batch,
+            no_batch: Arc::default(),
             peer: Arc::from(peer.into()),
             metadata: Arc::from(Vec::new()),
             read_retry: Duration::from_secs(2),
@@ -488,6 +629,116 @@ impl Client {
         })
         .await
         .map(drop)
+    }
+
+    /// Makes several writes in one call to stated (`talosrs.state.Batch`, at most
+    /// [`MAX_BATCH`] per call: more are sent in several calls). Each write is checked and done
+    /// as its own call would be, in order, independently; the results are in the same order:
+    /// the resource as stored (`Some` for a create or update) or why the write was not done.
+    /// The outer error is a failure of the call itself (stated unavailable): whether some of
+    /// its writes took effect is then for the caller to find out, as with a single write.
+    ///
+    /// A server without the batch service (an upstream COSI server) gets the writes one by
+    /// one, a few in flight at once.
+    pub async fn write_batch(
+        &self,
+        writes: Vec<BatchWrite>,
+    ) -> Result<Vec<Result<Option<RawResource>, StateError>>, StateError> {
+        use std::sync::atomic::Ordering;
+        let mut out = Vec::with_capacity(writes.len());
+        for chunk in chunks(writes) {
+            if self.no_batch.load(Ordering::Relaxed) {
+                out.extend(self.write_one_by_one(chunk).await);
+                continue;
+            }
+            let ops: Vec<Op> = chunk.iter().map(BatchWrite::op).collect();
+            let resp = self
+                .timed_write(Op::Update, || {
+                    let mut batch = self.batch.clone();
+                    let req = self.request(proto::talosrs::state::WriteRequest {
+                        writes: chunk.iter().map(BatchWrite::to_proto).collect(),
+                    });
+                    async move { batch.write(req).await }
+                })
+                .await;
+            let results = match resp {
+                Ok(r) => r.into_inner().results,
+                Err(e) if e.kind() == ErrorKind::Unimplemented => {
+                    tracing::debug!(peer = %self.peer, "no batch service: writing one by one");
+                    self.no_batch.store(true, Ordering::Relaxed);
+                    out.extend(self.write_one_by_one(chunk).await);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if results.len() != ops.len() {
+                return Err(StateError::new(
+                    ErrorKind::Other,
+                    format!(
+                        "{} answered {} results to a batch of {} writes",
+                        self.peer,
+                        results.len(),
+                        ops.len()
+                    ),
+                ));
+            }
+            for (op, r) in ops.into_iter().zip(results) {
+                out.push(match r.status {
+                    Some(s) => Err(StateError::from_status(
+                        op,
+                        &tonic::Status::new(tonic::Code::from(s.code), s.message),
+                    )),
+                    None if op == Op::Destroy => Ok(None),
+                    None => {
+                        let r = <proto::Resource as prost::Message>::decode(r.resource).map_err(
+                            |e| {
+                                StateError::new(
+                                    ErrorKind::Other,
+                                    format!("a batch result does not decode: {e}"),
+                                )
+                            },
+                        )?;
+                        Ok(Some(RawResource::from_proto(r)?))
+                    }
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The writes of a batch as single calls, a few in flight at once.
+    async fn write_one_by_one(
+        &self,
+        writes: Vec<BatchWrite>,
+    ) -> Vec<Result<Option<RawResource>, StateError>> {
+        let calls = writes.into_iter().map(|w| async move {
+            match w {
+                BatchWrite::Create { resource, owner } => {
+                    self.create(&resource, &owner).await.map(Some)
+                }
+                BatchWrite::Update {
+                    resource,
+                    owner,
+                    expected_phase,
+                } => self
+                    .update(&resource, &owner, expected_phase)
+                    .await
+                    .map(Some),
+                BatchWrite::Destroy {
+                    namespace,
+                    r#type,
+                    id,
+                    owner,
+                } => self
+                    .destroy(&namespace, &r#type, &id, &owner)
+                    .await
+                    .map(|()| None),
+            }
+        });
+        futures::stream::iter(calls)
+            .buffered(ONE_BY_ONE_IN_FLIGHT)
+            .collect()
+            .await
     }
 
     /// Marks a resource tearing down; returns whether it has no finalizers left.

@@ -16,7 +16,7 @@ pub mod generic;
 pub mod resource;
 pub mod runtime;
 
-pub use client::{unix_channel, Client, Event, EventKind, Query, Watch, WatchSpec};
+pub use client::{unix_channel, BatchWrite, Client, Event, EventKind, Query, Watch, WatchSpec};
 pub use definition::{NamespaceSpec, ResourceDefinition, META_NAMESPACE};
 pub use error::{ErrorKind, StateError};
 pub use resource::{Metadata, Phase, Pointer, RawResource, Resource, ResourceSpec};

@@ -24,6 +24,11 @@ pub mod resource {
     }
 }
 
+/// `cosi`: the path other packages' generated code takes to `cosi.resource`.
+pub mod cosi {
+    pub use crate::resource;
+}
+
 /// `talos.init`: init's control API (list, start, stop, restart, logs, shutdown, reboot).
 pub mod init {
     tonic::include_proto!("talos.init");
@@ -56,6 +61,11 @@ pub mod talosrs {
     /// `talosrs.audit`: the audit RPC, served by apid.
     pub mod audit {
         tonic::include_proto!("talosrs.audit");
+    }
+
+    /// `talosrs.state`: several State writes in one call, served by stated.
+    pub mod state {
+        tonic::include_proto!("talosrs.state");
     }
 }
 

@@ -133,6 +133,7 @@ pub async fn serve(
     let limits = config.peer_limits.clone();
     let gate = Arc::new(conn::Gate::new(policy.clone(), limits.clone()));
     let service = server::StateService::new(store, policy, limits.clone());
+    let batch = server::BatchService::new(service.clone());
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     let signal = async move {
         shutdown.await;
@@ -144,6 +145,11 @@ pub async fn serve(
         .max_concurrent_streams(Some(limits.streams_per_connection))
         .add_service(
             proto::state_server::StateServer::new(service)
+                .max_decoding_message_size(MAX_REQUEST)
+                .max_encoding_message_size(cosi::client::MAX_MESSAGE),
+        )
+        .add_service(
+            proto::talosrs::state::batch_server::BatchServer::new(batch)
                 .max_decoding_message_size(MAX_REQUEST)
                 .max_encoding_message_size(cosi::client::MAX_MESSAGE),
         )

@@ -15,7 +15,8 @@ use tonic::{Request, Response, Status};
 
 use crate::access::{Access, Peer, Policy};
 use crate::labels::Filter;
-use crate::store::{encode_bookmark, EventKind, Store, StoredEvent};
+use crate::store::{encode_bookmark, EventKind, Store, StoredEvent, Written};
+use proto::talosrs::state as batch;
 
 /// Events sent in one aggregated watch response at most.
 const WATCH_BATCH: usize = 256;
@@ -173,9 +174,8 @@ impl StateService {
         })
     }
 
-    /// Runs a store write: on a blocking thread when it is of a durable namespace (it waits for
-    /// the disk, which must not stall this async worker and the calls and watches it serves),
-    /// inline otherwise.
+    /// Runs a store write (teardowns): on a blocking thread when it is of a durable namespace,
+    /// inline otherwise (see [`Self::run_write`]).
     async fn write<T: Send + 'static>(
         &self,
         ns: &str,
@@ -193,6 +193,114 @@ impl StateService {
                     format!("a durable write did not finish: {e}"),
                 )
             })?
+    }
+
+    /// Runs a write of namespace `ns` (`f`, one of the `*_now` functions or a batch of them):
+    /// on a blocking thread when `ns` is durable (it waits for the disk, which must not stall
+    /// this async worker and the calls and watches it serves), inline otherwise.
+    async fn run_write<T: Send + 'static>(
+        &self,
+        ns: &str,
+        f: impl FnOnce(&StateService) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        self.run_blocking_if(self.store.is_durable(ns), f).await
+    }
+
+    /// Runs `f` on a blocking thread if `blocking`, inline otherwise.
+    async fn run_blocking_if<T: Send + 'static>(
+        &self,
+        blocking: bool,
+        f: impl FnOnce(&StateService) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        if !blocking {
+            return f(self);
+        }
+        let svc = self.clone();
+        tokio::task::spawn_blocking(move || f(&svc))
+            .await
+            .map_err(|e| {
+                StateError::new(
+                    ErrorKind::Other,
+                    format!("a durable write did not finish: {e}"),
+                )
+                .to_status()
+            })?
+    }
+
+    /// A Create, checked and done (it may wait for the disk: see [`Self::run_write`]).
+    fn create_now(&self, peer: &Peer, r: proto::CreateRequest) -> Result<Written, Status> {
+        let res = resource_of(r.resource)?;
+        let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        check_request("", None, &owner)?;
+        let _meta = self.lock_meta(&res);
+        let owner = self.check_write(peer, &res, &owner, false)?;
+        self.store.create(res, &owner).map_err(status)
+    }
+
+    /// An Update, checked and done (it may wait for the disk).
+    fn update_now(&self, peer: &Peer, r: proto::UpdateRequest) -> Result<Written, Status> {
+        let res = resource_of(r.new_resource)?;
+        let opts = r.options.unwrap_or_default();
+        check_request("", None, &opts.owner)?;
+        let phase = opts
+            .expected_phase
+            .as_deref()
+            .map(Phase::parse)
+            .transpose()
+            .map_err(status)?;
+        let _meta = self.lock_meta(&res);
+        let owner = self.check_write(peer, &res, &opts.owner, true)?;
+        self.store.update(res, &owner, phase).map_err(status)
+    }
+
+    /// A Destroy, checked and done (it may wait for the disk).
+    fn destroy_now(&self, peer: &Peer, r: proto::DestroyRequest) -> Result<(), Status> {
+        let owner = r.options.map(|o| o.owner).unwrap_or_default();
+        check_request(&r.r#type, Some(&r.id), &owner)?;
+        if r.namespace == META_NAMESPACE && *peer != Peer::Admin {
+            return Err(StateError::new(
+                ErrorKind::PermissionDenied,
+                "only stated writes namespace \"meta\"",
+            )
+            .to_status());
+        }
+        self.policy
+            .check(peer, &r.namespace, Access::Write)
+            .map_err(status)?;
+        self.store
+            .destroy(&r.namespace, &r.r#type, &r.id, &owner)
+            .map_err(status)
+    }
+
+    /// The writes of a batch, each checked and done as its State call, in order; one result
+    /// each (it may wait for the disk).
+    fn write_all(&self, peer: &Peer, writes: Vec<batch::Write>) -> Vec<batch::WriteResult> {
+        use batch::write::Op;
+        writes
+            .into_iter()
+            .map(|w| {
+                let done = match w.op {
+                    Some(Op::Create(r)) => self.create_now(peer, r).map(|w| w.encoded),
+                    Some(Op::Update(r)) => self.update_now(peer, r).map(|w| w.encoded),
+                    Some(Op::Destroy(r)) => self.destroy_now(peer, r).map(|()| Bytes::new()),
+                    None => Err(invalid("a batch write without an operation")),
+                };
+                match done {
+                    Ok(resource) => batch::WriteResult {
+                        resource,
+                        status: None,
+                    },
+                    Err(s) => batch::WriteResult {
+                        resource: Bytes::new(),
+                        status: Some(proto::google::rpc::Status {
+                            code: s.code() as i32,
+                            message: s.message().to_string(),
+                            details: Vec::new(),
+                        }),
+                    },
+                }
+            })
+            .collect()
     }
 
     /// The `meta` write lock, for a write to `meta`.
@@ -483,20 +591,13 @@ impl proto::state_server::State for StateService {
     ) -> Result<Response<proto::CreateResponse>, Status> {
         let peer = self.peer(&req);
         let r = req.into_inner();
-        let res = resource_of(r.resource)?;
-        let owner = r.options.map(|o| o.owner).unwrap_or_default();
-        check_request("", None, &owner)?;
-        let created = if res.metadata.namespace == META_NAMESPACE {
-            let _meta = self.lock_meta(&res);
-            let owner = self.check_write(&peer, &res, &owner, false)?;
-            self.store.create(res, &owner).map_err(status)?
-        } else {
-            let owner = self.check_write(&peer, &res, &owner, false)?;
-            let ns = res.metadata.namespace.clone();
-            self.write(&ns, move |s| s.create(res, &owner))
-                .await
-                .map_err(status)?
-        };
+        let ns = r
+            .resource
+            .as_ref()
+            .and_then(|r| r.metadata.as_ref())
+            .map(|m| m.namespace.clone())
+            .unwrap_or_default();
+        let created = self.run_write(&ns, move |s| s.create_now(&peer, r)).await?;
         Ok(Response::new(proto::CreateResponse::encoded(
             created.encoded,
         )))
@@ -508,26 +609,13 @@ impl proto::state_server::State for StateService {
     ) -> Result<Response<proto::UpdateResponse>, Status> {
         let peer = self.peer(&req);
         let r = req.into_inner();
-        let res = resource_of(r.new_resource)?;
-        let opts = r.options.unwrap_or_default();
-        check_request("", None, &opts.owner)?;
-        let phase = opts
-            .expected_phase
-            .as_deref()
-            .map(Phase::parse)
-            .transpose()
-            .map_err(status)?;
-        let updated = if res.metadata.namespace == META_NAMESPACE {
-            let _meta = self.lock_meta(&res);
-            let owner = self.check_write(&peer, &res, &opts.owner, true)?;
-            self.store.update(res, &owner, phase).map_err(status)?
-        } else {
-            let owner = self.check_write(&peer, &res, &opts.owner, true)?;
-            let ns = res.metadata.namespace.clone();
-            self.write(&ns, move |s| s.update(res, &owner, phase))
-                .await
-                .map_err(status)?
-        };
+        let ns = r
+            .new_resource
+            .as_ref()
+            .and_then(|r| r.metadata.as_ref())
+            .map(|m| m.namespace.clone())
+            .unwrap_or_default();
+        let updated = self.run_write(&ns, move |s| s.update_now(&peer, r)).await?;
         Ok(Response::new(proto::UpdateResponse::encoded(
             updated.encoded,
         )))
@@ -539,24 +627,9 @@ impl proto::state_server::State for StateService {
     ) -> Result<Response<proto::DestroyResponse>, Status> {
         let peer = self.peer(&req);
         let r = req.into_inner();
-        let owner = r.options.map(|o| o.owner).unwrap_or_default();
-        check_request(&r.r#type, Some(&r.id), &owner)?;
-        if r.namespace == META_NAMESPACE && peer != Peer::Admin {
-            return Err(StateError::new(
-                ErrorKind::PermissionDenied,
-                "only stated writes namespace \"meta\"",
-            )
-            .to_status());
-        }
-        self.policy
-            .check(&peer, &r.namespace, Access::Write)
-            .map_err(status)?;
         let ns = r.namespace.clone();
-        self.write(&ns, move |s| {
-            s.destroy(&r.namespace, &r.r#type, &r.id, &owner)
-        })
-        .await
-        .map_err(status)?;
+        self.run_write(&ns, move |s| s.destroy_now(&peer, r))
+            .await?;
         Ok(Response::new(proto::DestroyResponse {}))
     }
 
@@ -751,6 +824,64 @@ impl proto::state_server::State for StateService {
         drop(notify);
         self.store.release(&r.namespace, &r.r#type);
         Ok(Response::new(proto::TeardownAndDestroyResponse {}))
+    }
+}
+
+/// Writes in one batch at most.
+pub const MAX_BATCH: usize = 256;
+
+/// `talosrs.state.Batch`: several writes in one call, each checked and done exactly as the
+/// State call of its name, by the same code, for the same peer.
+#[derive(Clone)]
+pub struct BatchService {
+    state: StateService,
+}
+
+impl BatchService {
+    /// The batch service beside `state`.
+    pub fn new(state: StateService) -> Self {
+        Self { state }
+    }
+}
+
+/// The namespace a batch write is of.
+fn batch_namespace(w: &batch::Write) -> &str {
+    use batch::write::Op;
+    fn md(r: &Option<proto::Resource>) -> &str {
+        r.as_ref()
+            .and_then(|r| r.metadata.as_ref())
+            .map_or("", |m| m.namespace.as_str())
+    }
+    match &w.op {
+        Some(Op::Create(r)) => md(&r.resource),
+        Some(Op::Update(r)) => md(&r.new_resource),
+        Some(Op::Destroy(r)) => &r.namespace,
+        None => "",
+    }
+}
+
+#[tonic::async_trait]
+impl batch::batch_server::Batch for BatchService {
+    async fn write(
+        &self,
+        req: Request<batch::WriteRequest>,
+    ) -> Result<Response<batch::WriteResponse>, Status> {
+        let peer = self.state.peer(&req);
+        let writes = req.into_inner().writes;
+        if writes.len() > MAX_BATCH {
+            return Err(invalid(format!(
+                "a batch of {} writes: at most {MAX_BATCH}",
+                writes.len()
+            )));
+        }
+        let durable = writes
+            .iter()
+            .any(|w| self.state.store.is_durable(batch_namespace(w)));
+        let results = self
+            .state
+            .run_blocking_if(durable, move |s| Ok(s.write_all(&peer, writes)))
+            .await?;
+        Ok(Response::new(batch::WriteResponse { results }))
     }
 }
 

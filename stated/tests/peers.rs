@@ -101,12 +101,20 @@ async fn a_daemon_writes_only_its_namespaces() {
     assert!(results.1, "stranger child failed");
     assert!(results.2, "blockd (one type of network) child failed");
     // Nothing the children were refused got written.
+    for (ns, id) in [
+        ("config", "from-networkd"),
+        ("config", "from-networkd-batch"),
+        ("network", "evil-batch"),
+    ] {
+        assert!(h.client.get(ns, T, id).await.unwrap_err().is_not_found());
+    }
     assert!(h
         .client
-        .get("config", T, "from-networkd")
+        .get("meta", RD, "mounts.block.talos.dev")
         .await
         .unwrap_err()
         .is_not_found());
+    h.client.get("network", T, "batch-ok").await.unwrap();
     assert_eq!(
         cosi::resource::decode_spec::<String>(&h.client.get("runtime", T, "r").await.unwrap().spec)
             .unwrap(),
@@ -219,9 +227,68 @@ async fn child_client() {
             // An undeclared namespace is invalid on a node.
             let e = c.get("elsewhere", T, "x").await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+            // A batch is held to the same rules, write by write: what networkd may write is
+            // done, everything else refused, whatever owner it names.
+            let mut hijack = res("runtime", T, "r", "hijack");
+            hijack.metadata.version = 1;
+            let theirs = cosi::ResourceDefinition::new("Mounts.block.talos.dev", "block");
+            let results = c
+                .write_batch(vec![
+                    cosi::BatchWrite::Create {
+                        resource: res("network", T, "batch-ok", "x"),
+                        owner: "network.LinkSpecController".into(),
+                    },
+                    cosi::BatchWrite::Create {
+                        resource: res("config", T, "from-networkd-batch", "x"),
+                        owner: "".into(),
+                    },
+                    cosi::BatchWrite::Update {
+                        resource: hijack,
+                        owner: "init-controller".into(),
+                        expected_phase: None,
+                    },
+                    cosi::BatchWrite::Destroy {
+                        namespace: "runtime".into(),
+                        r#type: T.into(),
+                        id: "r".into(),
+                        owner: "init-controller".into(),
+                    },
+                    cosi::BatchWrite::Create {
+                        resource: definition(&theirs),
+                        owner: "blockd".into(),
+                    },
+                ])
+                .await
+                .unwrap();
+            let kinds: Vec<Option<ErrorKind>> = results
+                .iter()
+                .map(|r| r.as_ref().err().map(|e| e.kind()))
+                .collect();
+            assert_eq!(
+                kinds,
+                vec![
+                    None,
+                    Some(ErrorKind::PermissionDenied),
+                    Some(ErrorKind::PermissionDenied),
+                    Some(ErrorKind::PermissionDenied),
+                    Some(ErrorKind::PermissionDenied),
+                ],
+                "{results:?}"
+            );
+            let done = results[0].as_ref().unwrap().as_ref().unwrap();
+            assert_eq!(done.metadata.owner, "network.LinkSpecController");
         }
         "stranger" => {
             let e = c.get("network", T, "eth0").await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+            let results = c
+                .write_batch(vec![cosi::BatchWrite::Create {
+                    resource: res("network", T, "evil-batch", "x"),
+                    owner: "".into(),
+                }])
+                .await
+                .unwrap();
+            let e = results[0].as_ref().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
             let e = c
                 .create(&res("network", T, "evil", "x"), "")

@@ -908,3 +908,180 @@ async fn updates_carry_the_old_resource_unless_asked_not_to() {
     );
     assert!(e.old.is_none());
 }
+
+/// `talosrs.state.Batch`: several writes in one call, each done or refused as its own call
+/// would be, in order; large batches are split by the client; a server without the service
+/// gets the writes one by one.
+#[tokio::test]
+async fn a_batch_of_writes_is_each_write_as_its_own_call() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let a = c.create(&res(NS, T, "a", "1"), "ctrl").await.unwrap();
+    let mut a2 = a.clone();
+    a2.spec = cosi::resource::encode_spec(&"2").unwrap();
+    let mut stale = a.clone();
+    stale.spec = cosi::resource::encode_spec(&"stale").unwrap();
+    let write = |r: cosi::RawResource, update: bool| {
+        if update {
+            cosi::BatchWrite::Update {
+                resource: r,
+                owner: "ctrl".into(),
+                expected_phase: None,
+            }
+        } else {
+            cosi::BatchWrite::Create {
+                resource: r,
+                owner: "ctrl".into(),
+            }
+        }
+    };
+    let results = c
+        .write_batch(vec![
+            write(res(NS, T, "b", "1"), false),
+            write(a2, true),
+            // The same version again: the first update moved it on.
+            write(stale, true),
+            write(res(NS, T, "b", "again"), false),
+            cosi::BatchWrite::Destroy {
+                namespace: NS.into(),
+                r#type: T.into(),
+                id: "nope".into(),
+                owner: "ctrl".into(),
+            },
+            write(res(NS, T, "bad\nid", "1"), false),
+            cosi::BatchWrite::Destroy {
+                namespace: NS.into(),
+                r#type: T.into(),
+                id: "b".into(),
+                owner: "ctrl".into(),
+            },
+        ])
+        .await
+        .unwrap();
+    let kinds: Vec<Option<ErrorKind>> = results
+        .iter()
+        .map(|r| r.as_ref().err().map(|e| e.kind()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            None,
+            None,
+            Some(ErrorKind::Conflict),
+            Some(ErrorKind::AlreadyExists),
+            Some(ErrorKind::NotFound),
+            Some(ErrorKind::InvalidArgument),
+            None,
+        ],
+        "{results:?}"
+    );
+    let updated = results[1].as_ref().unwrap().as_ref().unwrap();
+    assert_eq!(
+        (updated.metadata.version, value(updated).as_str()),
+        (2, "2")
+    );
+    assert!(
+        results[6].as_ref().unwrap().is_none(),
+        "a destroy returns nothing"
+    );
+    assert_eq!(value(&c.get(NS, T, "a").await.unwrap()), "2");
+    assert!(c.get(NS, T, "b").await.unwrap_err().is_not_found());
+
+    // More than one call's worth: split by the client, all done, in order.
+    let many: Vec<_> = (0..600)
+        .map(|i| write(res(NS, T, &format!("m{i:04}"), &i.to_string()), false))
+        .collect();
+    let results = c.write_batch(many).await.unwrap();
+    assert_eq!(results.len(), 600);
+    assert!(results.iter().all(|r| r.is_ok()));
+    assert_eq!(
+        results[599].as_ref().unwrap().as_ref().unwrap().metadata.id,
+        "m0599"
+    );
+    assert_eq!(c.list(NS, T, &Query::default()).await.unwrap().len(), 601);
+
+    // A batch with a write of a durable namespace is written to disk before it is answered.
+    let results = c
+        .write_batch(vec![
+            write(res("config", T, "c", "1"), false),
+            write(res(NS, T, "after-durable", "1"), false),
+        ])
+        .await
+        .unwrap();
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let durable_file = std::fs::read(h.config.state_dir.join("config.ns")).unwrap();
+    assert!(
+        durable_file.windows(T.len()).any(|w| w == T.as_bytes()),
+        "the durable file holds the resource"
+    );
+
+    // stated refuses more than 256 writes in one call, whoever sends them.
+    let mut raw =
+        proto::talosrs::state::batch_client::BatchClient::new(cosi::unix_channel(&h.socket));
+    let write = proto::talosrs::state::Write {
+        op: Some(proto::talosrs::state::write::Op::Destroy(
+            proto::DestroyRequest {
+                namespace: NS.into(),
+                r#type: T.into(),
+                id: "m0000".into(),
+                options: None,
+            },
+        )),
+    };
+    let e = raw
+        .write(proto::talosrs::state::WriteRequest {
+            writes: vec![write; 257],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    c.get(NS, T, "m0000").await.unwrap();
+}
+
+/// A server with only COSI's State service (an upstream one) gets a batch one write at a time.
+#[tokio::test]
+async fn a_batch_to_a_server_without_the_batch_service_is_written_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("state.sock");
+    let store = std::sync::Arc::new(
+        stated::Store::open(stated::store::StoreConfig {
+            run_dir: None,
+            state_dir: None,
+            durable: Box::new(|_| false),
+            namespaces: Vec::new(),
+            history: 64,
+            limits: Default::default(),
+        })
+        .unwrap(),
+    );
+    let service = stated::server::StateService::new(
+        store,
+        std::sync::Arc::new(stated::Policy::standalone()),
+        Default::default(),
+    );
+    let listener = stated::bind(&socket).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(proto::state_server::StateServer::new(service))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    let c = cosi::Client::new(&socket).unwrap();
+    let writes = (0..40)
+        .map(|i| cosi::BatchWrite::Create {
+            resource: res(NS, T, &format!("x{i}"), "1"),
+            owner: "".into(),
+        })
+        .chain([cosi::BatchWrite::Create {
+            resource: res(NS, T, "x0", "1"),
+            owner: "".into(),
+        }])
+        .collect();
+    let results = c.write_batch(writes).await.unwrap();
+    assert_eq!(results.len(), 41);
+    assert!(results[..40].iter().all(|r| r.is_ok()));
+    assert_eq!(
+        results[40].as_ref().unwrap_err().kind(),
+        ErrorKind::AlreadyExists
+    );
+    assert_eq!(c.list(NS, T, &Query::default()).await.unwrap().len(), 40);
+}

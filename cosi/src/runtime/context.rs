@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use crate::client::{Client, Query};
+use crate::client::{BatchWrite, Client, Query};
 use crate::error::{ErrorKind, StateError};
 use crate::resource::{Phase, Pointer, RawResource, Resource, ResourceSpec};
 use crate::runtime::controller::{Input, InputKind, Output};
@@ -270,12 +270,12 @@ impl Context {
         self.retry(&ptr, &desired, &same_spec).await
     }
 
-    /// Applies every resource as [`apply`](Self::apply) does, with up to [`APPLY_IN_FLIGHT`]
-    /// writes in flight at once on the connection instead of one round trip after another:
-    /// for a controller with many outputs, a cycle then costs its writes, not their latency.
-    /// Unchanged outputs cost no call. An ID given twice is written once, with the last spec.
-    /// Every write in flight finishes before this returns, also when one fails; the first error
-    /// is returned.
+    /// Applies every resource as [`apply`](Self::apply) does, with all the writes in one batch
+    /// call to stated (a few, for many outputs: [`Client::write_batch`]) instead of one round
+    /// trip each: for a controller with many outputs, a cycle then costs its writes, not their
+    /// calls. Unchanged outputs cost nothing. An ID given twice is written once, with the last
+    /// spec. Every write is made before this returns, also when one fails; the first error is
+    /// returned.
     ///
     /// # Errors
     ///
@@ -284,7 +284,6 @@ impl Context {
         &mut self,
         resources: impl IntoIterator<Item = Resource<S>>,
     ) -> Result<(), ReconcileError> {
-        use futures::StreamExt;
         let mut work = Vec::new();
         // An ID given twice is written once, as the last one (what writing both in turn
         // would leave): two writes of one resource in flight together would conflict.
@@ -301,21 +300,48 @@ impl Context {
                 }
             }
         }
+        // Plan every write from this cycle's beliefs, then make them all in one batch call
+        // (a few, for many outputs) instead of one call each.
         let name = self.name;
-        let attempts = work.into_iter().map(|(ptr, raw, spec, current)| {
-            let client = self.client.clone();
-            async move {
-                let same = |stored: &[u8]| {
-                    crate::resource::decode_spec::<S>(stored).is_ok_and(|s| s == spec)
-                };
-                let outcome = attempt(&client, name, &ptr, &raw, current, &same).await;
-                (ptr, raw, spec, outcome)
+        let mut planned = Vec::with_capacity(work.len());
+        let mut batch = Vec::new();
+        for (ptr, raw, spec, current) in work {
+            let same =
+                |stored: &[u8]| crate::resource::decode_spec::<S>(stored).is_ok_and(|s| s == spec);
+            let p = plan(name, &ptr, &raw, current, &same);
+            if let Ok(Plan::Write(w)) = &p {
+                batch.push(w.clone());
             }
-        });
-        let outcomes: Vec<_> = futures::stream::iter(attempts)
-            .buffered(APPLY_IN_FLIGHT)
-            .collect()
-            .await;
+            planned.push((ptr, raw, spec, p));
+        }
+        let mut results = if batch.is_empty() {
+            Vec::new()
+        } else {
+            self.client.write_batch(batch).await?
+        }
+        .into_iter();
+        let mut outcomes = Vec::with_capacity(planned.len());
+        for (ptr, raw, spec, p) in planned {
+            let outcome = match p {
+                Ok(Plan::Done(a)) => Ok(a),
+                Ok(Plan::Write(w)) => match results.next() {
+                    Some(r) => written(&ptr, &w, r),
+                    None => {
+                        Err(StateError::new(ErrorKind::Other, "a batch result is missing").into())
+                    }
+                },
+                // Rare (an old output tearing down without finalizers): on its own.
+                Ok(Plan::DestroyFirst) => {
+                    let current = self.believed(&ptr);
+                    let same = |stored: &[u8]| {
+                        crate::resource::decode_spec::<S>(stored).is_ok_and(|s| s == spec)
+                    };
+                    attempt(&self.client, name, &ptr, &raw, current, &same).await
+                }
+                Err(e) => Err(e),
+            };
+            outcomes.push((ptr, raw, spec, outcome));
+        }
         let mut first_error = None;
         let mut stale = Vec::new();
         for (ptr, raw, spec, outcome) in outcomes {
@@ -509,9 +535,10 @@ impl Context {
     }
 
     /// Adds `finalizer` to every running resource of `resources` (strong inputs) that lacks
-    /// it, with up to [`APPLY_IN_FLIGHT`] writes in flight: what a spec controller does to the
-    /// specs it is about to apply. Every write finishes before this returns; the first error
-    /// is returned.
+    /// it: what a spec controller does to the specs it is about to apply. Those listed this
+    /// cycle get it in one batch call (an update of each, as its owner); one changed meanwhile,
+    /// or not listed, is read and updated on its own. Every write is made before this returns;
+    /// the first error is returned.
     ///
     /// # Errors
     ///
@@ -522,14 +549,13 @@ impl Context {
         finalizer: &str,
     ) -> Result<(), ReconcileError> {
         use futures::StreamExt;
-        let missing: Vec<(String, String)> = resources
-            .iter()
-            .filter(|r| {
-                r.metadata.phase == Phase::Running && !r.metadata.finalizers.contains(finalizer)
-            })
-            .map(|r| (r.metadata.namespace.clone(), r.metadata.id.clone()))
-            .collect();
-        let adds = missing.into_iter().map(|(namespace, id)| async move {
+        let (mut batch, mut batched) = (Vec::new(), Vec::new());
+        let mut alone = Vec::new();
+        for r in resources {
+            if r.metadata.phase != Phase::Running || r.metadata.finalizers.contains(finalizer) {
+                continue;
+            }
+            let (namespace, id) = (r.metadata.namespace.clone(), r.metadata.id.clone());
             self.check_strong(&namespace, S::TYPE, &id)?;
             let known = self
                 .listed_strong
@@ -542,15 +568,51 @@ impl Context {
                 })
                 .cloned();
             match known {
-                Some(current) => Ok(self.client.add_finalizer_to(&current, finalizer).await?),
-                None => self.add_finalizer::<S>(&namespace, &id, finalizer).await,
+                Some(current) if !current.metadata.finalizers.contains(finalizer) => {
+                    let mut new = current;
+                    new.metadata.finalizers.insert(finalizer.to_string());
+                    let owner = new.metadata.owner.clone();
+                    batch.push(BatchWrite::Update {
+                        resource: new,
+                        owner,
+                        expected_phase: None,
+                    });
+                    batched.push((namespace, id));
+                }
+                Some(_) => {}
+                None => alone.push((namespace, id)),
             }
+        }
+        let mut first_error: Option<ReconcileError> = None;
+        if !batch.is_empty() {
+            let results = self.client.write_batch(batch).await?;
+            for (ptr, r) in batched.into_iter().zip(results) {
+                match r {
+                    Ok(_) => {}
+                    // Changed since it was listed: read it again and add the finalizer.
+                    Err(e) if e.kind() == ErrorKind::Conflict => alone.push(ptr),
+                    Err(e) => {
+                        first_error.get_or_insert(e.into());
+                    }
+                }
+            }
+        }
+        let adds = alone.into_iter().map(|(namespace, id)| async move {
+            self.add_finalizer::<S>(&namespace, &id, finalizer).await
         });
         let results: Vec<_> = futures::stream::iter(adds)
             .buffer_unordered(APPLY_IN_FLIGHT)
             .collect()
             .await;
-        results.into_iter().collect()
+        for r in results {
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Removes `finalizer` from a strong input of `S`; a missing resource is not an error.
@@ -722,19 +784,62 @@ async fn attempt(
     current: Option<RawResource>,
     same_spec: &impl Fn(&[u8]) -> bool,
 ) -> Result<Attempt, ReconcileError> {
+    match plan(name, ptr, desired, current, same_spec)? {
+        Plan::Done(a) => Ok(a),
+        Plan::Write(w) => {
+            let result = match &w {
+                BatchWrite::Create { resource, owner } => client.create(resource, owner).await,
+                BatchWrite::Update {
+                    resource,
+                    owner,
+                    expected_phase,
+                } => client.update(resource, owner, *expected_phase).await,
+                BatchWrite::Destroy { .. } => {
+                    return Err(StateError::new(ErrorKind::Other, "no destroy is planned").into())
+                }
+            };
+            written(ptr, &w, result.map(Some))
+        }
+        Plan::DestroyFirst => {
+            match client
+                .destroy(&ptr.namespace, &ptr.r#type, &ptr.id, name)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() || e.kind() == ErrorKind::Conflict => {}
+                Err(e) => return Err(e.into()),
+            }
+            Ok(Attempt::Stale)
+        }
+    }
+}
+
+/// What writing `desired` over `current` (this cycle's belief) takes.
+enum Plan {
+    /// Nothing to write.
+    Done(Attempt),
+    /// One create or update.
+    Write(BatchWrite),
+    /// The old resource is tearing down without finalizers: destroy it, then write again.
+    DestroyFirst,
+}
+
+fn plan(
+    name: &'static str,
+    ptr: &Pointer,
+    desired: &RawResource,
+    current: Option<RawResource>,
+    same_spec: &impl Fn(&[u8]) -> bool,
+) -> Result<Plan, ReconcileError> {
     let Some(current) = current else {
         let mut new = desired.clone();
         new.metadata.owner = name.to_string();
         new.metadata.version = 0;
         new.metadata.phase = Phase::Running;
-        return match client.create(&new, name).await {
-            Ok(stored) => {
-                tracing::debug!(resource = %ptr, "output created");
-                Ok(Attempt::Asserted(stored))
-            }
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(Attempt::Stale),
-            Err(e) => Err(e.into()),
-        };
+        return Ok(Plan::Write(BatchWrite::Create {
+            resource: new,
+            owner: name.to_string(),
+        }));
     };
     let md = &current.metadata;
     if md.owner != name {
@@ -753,23 +858,15 @@ async fn attempt(
         if !md.finalizers.is_empty() {
             // The old resource waits for its finalizers; replace it once they are gone.
             tracing::debug!(resource = %ptr, "output still tearing down, apply deferred");
-            return Ok(Attempt::Deferred(current));
+            return Ok(Plan::Done(Attempt::Deferred(current)));
         }
-        match client
-            .destroy(&ptr.namespace, &ptr.r#type, &ptr.id, name)
-            .await
-        {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() || e.kind() == ErrorKind::Conflict => {}
-            Err(e) => return Err(e.into()),
-        }
-        return Ok(Attempt::Stale);
+        return Ok(Plan::DestroyFirst);
     }
     if same_spec(&current.spec)
         && md.labels == desired.metadata.labels
         && md.annotations == desired.metadata.annotations
     {
-        return Ok(Attempt::Asserted(current));
+        return Ok(Plan::Done(Attempt::Asserted(current)));
     }
     let mut new = desired.clone();
     new.metadata.owner = name.to_string();
@@ -777,16 +874,38 @@ async fn attempt(
     new.metadata.phase = Phase::Running;
     new.metadata.finalizers = md.finalizers.clone();
     new.metadata.created = md.created;
-    match client.update(&new, name, Some(Phase::Running)).await {
-        Ok(stored) => {
-            tracing::debug!(resource = %ptr, version = stored.metadata.version, "output updated");
+    Ok(Plan::Write(BatchWrite::Update {
+        resource: new,
+        owner: name.to_string(),
+        expected_phase: Some(Phase::Running),
+    }))
+}
+
+/// What a planned write's result means: asserted as stored, or a stale belief.
+fn written(
+    ptr: &Pointer,
+    w: &BatchWrite,
+    result: Result<Option<RawResource>, StateError>,
+) -> Result<Attempt, ReconcileError> {
+    let create = matches!(w, BatchWrite::Create { .. });
+    match result {
+        Ok(Some(stored)) => {
+            tracing::debug!(
+                resource = %ptr,
+                version = stored.metadata.version,
+                "output {}",
+                if create { "created" } else { "updated" }
+            );
             Ok(Attempt::Asserted(stored))
         }
+        Ok(None) => Err(StateError::new(ErrorKind::Other, "a write returned no resource").into()),
+        Err(e) if create && e.kind() == ErrorKind::AlreadyExists => Ok(Attempt::Stale),
         Err(e)
-            if matches!(
-                e.kind(),
-                ErrorKind::Conflict | ErrorKind::NotFound | ErrorKind::PhaseConflict
-            ) =>
+            if !create
+                && matches!(
+                    e.kind(),
+                    ErrorKind::Conflict | ErrorKind::NotFound | ErrorKind::PhaseConflict
+                ) =>
         {
             Ok(Attempt::Stale)
         }

@@ -18,7 +18,6 @@ use std::future::Future;
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::{Phase, Resource};
 use ipnet::IpNet;
-use machinery::config::Config;
 use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE as CONFIG_NS};
 use machinery::resources::network::{
     filtered_node_address_id, AddressStatusSpec, LinkStatusSpec, NodeAddressFilterSpec,
@@ -170,15 +169,17 @@ impl NodeAddressController {
     async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
         let algorithm = *self
             .algorithm
-            .get(ctx, |yaml, previous| match Config::from_yaml(yaml) {
-                Ok(config) => config
-                    .machine()
-                    .and_then(|m| m.features.as_ref())
-                    .and_then(|f| f.node_address_sort_algorithm.as_deref())
-                    .and_then(|a| a.parse().ok())
-                    .unwrap_or_default(),
-                // An undecodable configuration keeps the algorithm in use.
-                Err(_) => *previous,
+            .get(ctx, |yaml, previous| {
+                match &super::source::parsed(yaml).config {
+                    Ok(config) => config
+                        .machine()
+                        .and_then(|m| m.features.as_ref())
+                        .and_then(|f| f.node_address_sort_algorithm.as_deref())
+                        .and_then(|a| a.parse().ok())
+                        .unwrap_or_default(),
+                    // An undecodable configuration keeps the algorithm in use.
+                    Err(_) => *previous,
+                }
             })
             .await?;
         let running = |phase: Phase| phase == Phase::Running;

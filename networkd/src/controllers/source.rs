@@ -34,6 +34,38 @@ pub enum Machine {
     Keep,
 }
 
+/// A machine configuration parsed once for every controller of networkd.
+#[derive(Debug)]
+pub struct Parsed {
+    /// The document, or why it does not decode.
+    pub config: Result<machinery::config::Config, Vec<String>>,
+    /// Its network settings, or every problem with them.
+    pub network: Result<Arc<MachineNetwork>, Vec<String>>,
+}
+
+/// The configuration `yaml` parsed. The last one parsed is kept for the whole process: the
+/// Config controllers (seven), StatusController and NodeAddressController all read the same
+/// configuration, and parsing a large one (thousands of addresses and routes) once each was
+/// most of networkd's work when it changed.
+pub fn parsed(yaml: &str) -> Arc<Parsed> {
+    static LAST: std::sync::Mutex<Option<(String, Arc<Parsed>)>> = std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((text, p)) = last.as_ref() {
+        if text == yaml {
+            return p.clone();
+        }
+    }
+    let config = machinery::config::Config::from_yaml(yaml)
+        .map_err(|e| e.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>());
+    let network = match &config {
+        Ok(c) => MachineNetwork::from_config(c).map(Arc::new),
+        Err(problems) => Err(problems.clone()),
+    };
+    let p = Arc::new(Parsed { config, network });
+    *last = Some((yaml.to_string(), p.clone()));
+    p
+}
+
 /// Remembers the last valid configuration and the problems already reported.
 #[derive(Debug, Default)]
 pub struct Sources {
@@ -69,11 +101,10 @@ impl Sources {
                 return Ok(Machine::Valid(last.clone()));
             }
         }
-        match MachineNetwork::from_yaml(text) {
+        match parsed(text).network.clone() {
             Ok(m) => {
                 // What of it is not applied is reported (once, as a warning, and in the
                 // network Status) by the StatusController.
-                let m = Arc::new(m);
                 self.last_good = Some((text.clone(), m.clone()));
                 self.reported = None;
                 Ok(Machine::Valid(m))
