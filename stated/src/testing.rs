@@ -168,7 +168,8 @@ pub enum FuzzOutcome {
 ///   standalone: every namespace, admin only);
 /// - then up to [`FUZZ_MAX_REQUESTS`] frames of `[op, len_lo, len_hi, message...]`: `op & 7`
 ///   is the call (0 Get, 1 List, 2 Create, 3 Update, 4 Destroy, 5 Watch, 6 Teardown, 7
-///   TeardownAndDestroy), `(op >> 4) & 3` the peer (0 uid 0, 1 networkd, 2 the other daemon,
+///   TeardownAndDestroy) unless `op & 8` is set, which makes it a batch write
+///   (`talosrs.state.Batch`), `(op >> 4) & 3` the peer (0 uid 0, 1 networkd, 2 the other daemon,
 ///   3 a stranger), then `len` bytes (little-endian, cut at the end of `data`) of the call's
 ///   protobuf request message.
 ///
@@ -270,7 +271,24 @@ async fn fuzz_run(node: bool, mut frames: &[u8]) -> Vec<FuzzOutcome> {
             };
         }
         let s = &service;
+        let batch = crate::server::BatchService::new(service.clone());
         outcomes.push(match op & 7 {
+            _ if op & 8 != 0 => {
+                use proto::talosrs::state::batch_server::Batch;
+                call!(
+                    proto::talosrs::state::WriteRequest,
+                    |m| batch.write(req(uid, m)),
+                    |r| {
+                        for result in r.into_inner().results {
+                            if result.status.is_none() && !result.resource.is_empty() {
+                                let written = proto::Resource::decode(result.resource)
+                                    .expect("a batch result decodes");
+                                fuzz_check_stored(&store, proto::ResourceResponse::new(written));
+                            }
+                        }
+                    }
+                )
+            }
             0 => call!(proto::GetRequest, |m| s.get(req(uid, m))),
             1 => call!(proto::ListRequest, |m| s.list(req(uid, m)), |r| {
                 let mut items = r.into_inner();

@@ -19,6 +19,8 @@ const DESTROY: u8 = 4;
 const WATCH: u8 = 5;
 const TEARDOWN: u8 = 6;
 const TEARDOWN_AND_DESTROY: u8 = 7;
+/// `talosrs.state.Batch` (bit 3 of the op).
+const BATCH: u8 = 8;
 
 const ADMIN: u8 = 0;
 const NETWORKD: u8 = 1;
@@ -551,8 +553,63 @@ fn seeds() -> Vec<(&'static str, Input)> {
         )
         .raw(GET, ADMIN, &[0xff, 0xff, 0xff], FuzzOutcome::Undecodable);
 
+    use proto::talosrs::state::{write::Op, Write, WriteRequest};
+    let batch = |ops: Vec<Op>| WriteRequest {
+        writes: ops.into_iter().map(|op| Write { op: Some(op) }).collect(),
+    };
+    let batches = Input::new(true)
+        .req(
+            BATCH,
+            NETWORKD,
+            &batch(vec![
+                Op::Create(create(
+                    resource("network", "Links.net.talos.dev", "eth0", "", &[]),
+                    "networkd",
+                )),
+                // Not networkd's namespace: refused in its result, the call itself is fine.
+                Op::Create(create(resource("runtime", TY, "x", "", &[]), "")),
+                Op::Update(update(
+                    resource("network", "Links.net.talos.dev", "eth0", "1", &[]),
+                    "networkd",
+                    None,
+                )),
+                Op::Destroy(destroy("network", "Links.net.talos.dev", "nope", "")),
+            ]),
+            OK,
+        )
+        .req(
+            BATCH,
+            STRANGER,
+            &batch(vec![Op::Create(create(
+                resource("network", "Links.net.talos.dev", "evil", "", &[]),
+                "",
+            ))]),
+            OK,
+        )
+        .req(
+            BATCH,
+            ADMIN,
+            &WriteRequest {
+                writes: vec![Write { op: None }; 257],
+            },
+            refused(Code::InvalidArgument),
+        )
+        .req(
+            GET,
+            ADMIN,
+            &get("network", "Links.net.talos.dev", "eth0"),
+            OK,
+        )
+        .req(
+            GET,
+            ADMIN,
+            &get("network", "Links.net.talos.dev", "evil"),
+            refused(Code::NotFound),
+        );
+
     vec![
         ("lifecycle", lifecycle),
+        ("batches", batches),
         ("finalizers", finalizers),
         ("node", node),
         ("definitions", definitions),
