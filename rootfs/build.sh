@@ -37,8 +37,11 @@ if [ "${ROOTFS_STATIC:-1}" != 0 ]; then
 	static=("$var=${!var:-} -C target-feature=+crt-static --cfg getrandom_backend=\"linux_getrandom\"")
 fi
 echo "rootfs: building init, stated, networkd, secretsd, trustd, apid, talosctl and mkrootfs for $triple (profile image${static:+, static})" >&2
+# Only these programs (`--bin`): init's test daemon, init-testd, is not part of the image.
 env "${static[@]}" cargo build --locked --profile image --target "$triple" \
-	-p init -p stated -p networkd -p secretsd -p trustd -p apid -p talosctl -p rootfs
+	-p init -p stated -p networkd -p secretsd -p trustd -p apid -p talosctl -p rootfs \
+	--bin init --bin stated --bin networkd --bin secretsd --bin trustd --bin apid \
+	--bin talosctl --bin mkrootfs
 bin="target/$triple/image"
 "$bin/mkrootfs" --bin-dir "$bin" --out "$out"
 mkdir -p target/bin
