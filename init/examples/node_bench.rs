@@ -1,11 +1,11 @@
 //! Node start and restart figures for BENCHMARKS.md ("Node start and restart (init)").
 //!
 //! ```text
-//! cargo build --release -p init -p stated -p networkd
-//! cargo run --release -p init --example node_bench -- [RUNS]
+//! cargo build --release -p init -p stated -p networkd -p secretsd -p trustd -p apid --bins --examples
+//! target/release/examples/node_bench [RUNS]
 //! ```
 //!
-//! Needs root. Each run boots a node with the shipped manifest (stated, networkd) from
+//! Needs root. Each run boots a node with the shipped manifest (every daemon of it) from
 //! `target/release` with `init::testing` and measures, from the spawn of init (through
 //! `setpriv` and `unshare`, a few milliseconds) to every daemon healthy as init's control
 //! socket reports it (polled every 2 ms):
@@ -57,7 +57,7 @@ fn rss_kib(pid: i32) -> u64 {
 fn builder() -> init::testing::NodeBuilder {
     Node::builder().edit(
         "    stopTimeoutMs: 10000\n",
-        "    stopTimeoutMs: 10000\n    restart: {backoffMs: 1, maxBackoffMs: 1, limit: 100000}\n",
+        "    stopTimeoutMs: 10000\n    restart: {backoffMs: 1, maxBackoffMs: 1}\n",
     )
 }
 
@@ -71,7 +71,7 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20);
-    let daemons = ["stated", "networkd"];
+    let daemons = ["stated", "networkd", "secretsd", "trustd", "apid"];
     let t = Duration::from_secs(60);
     println!("binaries: {}", init::testing::target_dir().display());
 

@@ -750,7 +750,7 @@ impl proto::state_server::State for StateService {
             notify: Some(notify),
             queue: std::collections::VecDeque::new(),
             done: false,
-            started: false,
+            wait: false,
             _slot: slot,
         };
         // The empty response tells the client the watch is established (COSI's marker).
@@ -909,9 +909,11 @@ struct Watcher {
     queue: std::collections::VecDeque<proto::WatchResponse>,
     /// The stream ends once `queue` is empty.
     done: bool,
-    /// Whether the history was read since the watch started: the first read does not wait for
-    /// a write (a watch from a bookmark or with tail events has events to send at once).
-    started: bool,
+    /// Whether the next read waits for a write first: not at the start (a watch from a
+    /// bookmark or with tail events has events to send at once), nor while the last read was a
+    /// full batch (more are waiting). One batch is read at a time: what a watcher holds beyond
+    /// the history is one response's worth.
+    wait: bool,
     /// The peer's watch slot, given back when the watch ends.
     _slot: WatchSlot,
 }
@@ -976,10 +978,10 @@ impl Watcher {
         }
     }
 
-    /// Waits for writes of the kind and queues the events this watch sends for them; `None`
-    /// when stated is stopping.
+    /// Waits for writes of the kind and queues the events this watch sends for them (one
+    /// batch); `None` when stated is stopping.
     async fn pull(&mut self) -> Option<()> {
-        if self.started {
+        if self.wait {
             self.notify.as_mut()?.changed().await.ok()?;
             // Under load, let the writes already running commit too, so that this watcher
             // sends them in one response (one frame, one write) instead of one each: go to the
@@ -997,29 +999,24 @@ impl Watcher {
                 }
             }
         }
-        self.started = true;
-        loop {
-            // Seen up to here: a write after this wakes the watch again, one before it is read.
-            self.notify.as_mut()?.borrow_and_update();
-            let (events, next) =
-                match self
-                    .store
-                    .events_after(&self.ns, &self.ty, self.pos, WATCH_BATCH)
-                {
-                    Ok(x) => x,
-                    Err(()) => {
-                        self.overrun();
-                        return Some(());
-                    }
-                };
-            let more = events.len() == WATCH_BATCH;
-            let out: Vec<Bytes> = events.iter().filter_map(|e| self.encode(e)).collect();
-            self.pos = next;
-            self.enqueue(out);
-            if !more {
-                return Some(());
-            }
-        }
+        // Seen up to here: a write after this wakes the watch again, one before it is read.
+        self.notify.as_mut()?.borrow_and_update();
+        let (events, next) =
+            match self
+                .store
+                .events_after(&self.ns, &self.ty, self.pos, WATCH_BATCH)
+            {
+                Ok(x) => x,
+                Err(()) => {
+                    self.overrun();
+                    return Some(());
+                }
+            };
+        self.wait = events.len() < WATCH_BATCH;
+        let out: Vec<Bytes> = events.iter().filter_map(|e| self.encode(e)).collect();
+        self.pos = next;
+        self.enqueue(out);
+        Some(())
     }
 
     /// The watch fell behind the history: a last ERRORED event with the bookmark to resume from

@@ -1085,3 +1085,69 @@ async fn a_batch_to_a_server_without_the_batch_service_is_written_one_by_one() {
     );
     assert_eq!(c.list(NS, T, &Query::default()).await.unwrap().len(), 40);
 }
+
+/// A watch far behind (600 writes since its bookmark, more than one response's 256) gets every
+/// event, in order, a batch at a time.
+#[tokio::test]
+async fn a_watch_far_behind_gets_every_event_a_batch_at_a_time() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let mut w = c.watch(WatchSpec {
+        namespace: NS.into(),
+        r#type: T.into(),
+        bootstrap_bookmark: true,
+        ..Default::default()
+    });
+    let bookmark = next(&mut w).await.bookmark.expect("the NOOP's bookmark");
+    let writes: Vec<_> = (0..600)
+        .map(|i| cosi::BatchWrite::Create {
+            resource: res(NS, T, &format!("b{i:04}"), "x"),
+            owner: "".into(),
+        })
+        .collect();
+    assert!(c
+        .write_batch(writes)
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.is_ok()));
+    let mut r = raw(&h.socket).await;
+    let mut stream = r
+        .watch(proto::WatchRequest {
+            namespace: NS.into(),
+            r#type: T.into(),
+            id: None,
+            options: Some(proto::WatchOptions {
+                aggregated: true,
+                start_from_bookmark: Some(bookmark),
+                ..Default::default()
+            }),
+            api_version: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ids = Vec::new();
+    let mut responses = 0;
+    while ids.len() < 600 {
+        let m = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("events within 10 s")
+            .unwrap()
+            .expect("stream open");
+        if m.event.is_empty() {
+            continue;
+        }
+        responses += 1;
+        assert!(m.event.len() <= 256, "one batch is at most 256 events");
+        ids.extend(m.event.into_iter().map(|e| {
+            e.resource
+                .and_then(|r| r.metadata)
+                .map(|m| m.id)
+                .unwrap_or_default()
+        }));
+    }
+    assert!(responses >= 3, "{responses} responses");
+    let want: Vec<String> = (0..600).map(|i| format!("b{i:04}")).collect();
+    assert_eq!(ids, want);
+}
