@@ -11,6 +11,8 @@
 #                                        target/bin/talosctl
 #   OUT=/some/dir rootfs/build.sh      another output directory
 #   ROOTFS_STATIC=0 rootfs/build.sh    dynamically linked programs (their libraries are shipped)
+#   rootfs/kernel.sh && rootfs/build.sh  with Debian's kernel for VM nodes: its boot modules
+#                                        in the image, target/rootfs/vmlinuz beside it
 #
 # Reproducible: every entry gets the mtime SOURCE_DATE_EPOCH (default: the last commit's time),
 # owner 0:0 and a fixed mode; same sources, same toolchain → same bytes. Run as root so the
@@ -43,6 +45,13 @@ env "${static[@]}" cargo build --locked --profile image --target "$triple" \
 	--bin init --bin stated --bin networkd --bin secretsd --bin trustd --bin apid \
 	--bin talosctl --bin mkrootfs
 bin="target/$triple/image"
-"$bin/mkrootfs" --bin-dir "$bin" --out "$out"
+# A kernel for VM nodes (rootfs/kernel.sh) when there is one: its boot modules go into the
+# image and its vmlinuz beside it.
+kernel=()
+kernel_dir="${KERNEL_DIR:-target/kernel}"
+if [ -f "$kernel_dir/vmlinuz" ]; then
+	kernel=(--kernel "$kernel_dir")
+fi
+"$bin/mkrootfs" --bin-dir "$bin" --out "$out" "${kernel[@]}"
 mkdir -p target/bin
 ln -sfn "../$triple/image/talosctl" target/bin/talosctl

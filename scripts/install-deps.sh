@@ -14,6 +14,8 @@ packages=(
   git           # rootfs/build.sh: SOURCE_DATE_EPOCH defaults to the last commit's time
   openssl       # openssl s_client: trustd's tests check TLS 1.2 is refused, TLS 1.3 verified
   curl          # a gRPC client that is not ours: the cluster tests call apid with the talosconfig
+  qemu-system-x86  # VM nodes: Debian's stock kernel under qemu (the VM test, TCG)
+  kmod          # depmod: rootfs/kernel.sh indexes the kernel's modules for the image
 )
 
 missing=()

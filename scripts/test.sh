@@ -9,6 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --workspace --all-targets --locked
+# The VM test boots the release image with Debian's kernel: fetch the kernel (once) and build
+# the image (rootfs/build.sh, the README's own build) with its boot modules.
+rootfs/kernel.sh
+rootfs/build.sh
 mkdir -p target
 export TALOS_SKIPPED_FILE="$PWD/target/skipped-tests.txt"
 : > "$TALOS_SKIPPED_FILE"

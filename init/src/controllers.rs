@@ -8,6 +8,9 @@
 //!   their namespaces, each run within the envelope or refused with every reason.
 //! - `runtime.HostnameController`: network's `HostnameSpec` `hostname`, applied to the node's
 //!   UTS namespace (only where init owns it).
+//! - `runtime.KernelModuleConfigController`, `runtime.KernelModuleSpecController`,
+//!   `runtime.LoadedKernelModuleController`: the node's kernel modules (the image's boot
+//!   modules and `machine.kernel.modules`), loaded in a VM, and what the kernel has loaded.
 //! - `config.RedactController`: every `MachineConfig` of `config` copied to `config-redacted`
 //!   with its secrets redacted ([`machinery::config::Config::redact`]): what networkd (and
 //!   every daemon but the key holders) reads, so that no key leaves `config`.
@@ -21,8 +24,9 @@ use cosi::{Phase, Resource, ResourceSpec};
 use machinery::resources::config::MachineConfigSpec;
 use machinery::resources::network::{HostnameSpecSpec, HOSTNAME_ID};
 use machinery::resources::runtime::{
-    DaemonSecuritySpec, KernelCmdlineSpec, MachineStatusSpec, ServiceSpecSpec, ServiceStatusSpec,
-    UnitKind, CMDLINE_ID, MACHINE_STATUS_ID, NAMESPACE,
+    DaemonSecuritySpec, KernelCmdlineSpec, KernelModuleSpecSpec, LoadedKernelModuleSpec,
+    MachineStatusSpec, ServiceSpecSpec, ServiceStatusSpec, UnitKind, CMDLINE_ID, MACHINE_STATUS_ID,
+    NAMESPACE,
 };
 use tokio::sync::watch;
 
@@ -315,5 +319,204 @@ impl cosi::generic::Transform for Redact {
             ))
         })?;
         Ok(MachineConfigSpec(text))
+    }
+}
+
+/// `runtime.KernelModuleConfigController`: the `KernelModuleSpec`s of the node, one per module:
+/// those the image loads at boot (its `modules-load.d` files, read once; a VM's only: a
+/// container-mode node shares the host's kernel) and those of `machine.kernel.modules` (its
+/// parameters win for a module in both).
+pub struct KernelModuleConfigController {
+    /// The image's boot modules, with their parameters.
+    pub boot: Vec<(String, Vec<String>)>,
+}
+
+impl KernelModuleConfigController {
+    /// The boot modules listed in `dir`'s `*.conf` files (`/usr/lib/modules-load.d`), in file
+    /// name order; none if the directory is missing.
+    pub fn boot_modules(dir: &std::path::Path) -> Vec<(String, Vec<String>)> {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut files: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "conf"))
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok())
+            .flat_map(|t| crate::kmod::parse_modules_load(&t))
+            .collect()
+    }
+}
+
+impl Controller for KernelModuleConfigController {
+    fn name(&self) -> &'static str {
+        "runtime.KernelModuleConfigController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![
+            Input::weak::<MachineConfigSpec>(machinery::resources::config::NAMESPACE)
+                .with_id(machinery::resources::config::ACTIVE_ID),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive::<KernelModuleSpecSpec>()]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let mut specs: BTreeMap<String, Vec<String>> = self.boot.iter().cloned().collect();
+        let config = ctx
+            .get::<MachineConfigSpec>(
+                machinery::resources::config::NAMESPACE,
+                machinery::resources::config::ACTIVE_ID,
+            )
+            .await?;
+        if let Some(c) = config {
+            // A configuration that does not decode adds nothing (init refuses to write one;
+            // this is a stored one from before): the boot modules still load.
+            if let Ok(c) = machinery::config::Config::from_yaml(&c.spec.0) {
+                let modules = c
+                    .machine()
+                    .and_then(|m| m.kernel.as_ref())
+                    .map(|k| k.modules.clone())
+                    .unwrap_or_default();
+                for m in modules {
+                    if let Some(name) = m.name.filter(|n| !n.is_empty()) {
+                        specs.insert(name.replace('-', "_"), m.parameters);
+                    }
+                }
+            }
+        }
+        ctx.apply_all(specs.into_iter().map(|(name, parameters)| {
+            Resource::new(
+                NAMESPACE,
+                &name,
+                KernelModuleSpecSpec {
+                    name: name.clone(),
+                    parameters,
+                },
+            )
+        }))
+        .await?;
+        Ok(Action::AwaitChange)
+    }
+}
+
+/// `runtime.KernelModuleSpecController` (a VM's init only): loads every `KernelModuleSpec`,
+/// with the modules it needs, from the image's modules for the running kernel. Modules are
+/// never unloaded (as upstream). A module that cannot be loaded is an error of the cycle
+/// (every other one is still loaded), retried with backoff.
+pub struct KernelModuleSpecController {
+    /// The image's module index, once read.
+    index: Option<crate::kmod::ModuleIndex>,
+    /// Modules loaded (or found loaded) already.
+    done: BTreeSet<String>,
+}
+
+impl KernelModuleSpecController {
+    /// A controller that reads the running kernel's module index on its first cycle.
+    pub fn new() -> Self {
+        Self {
+            index: None,
+            done: BTreeSet::new(),
+        }
+    }
+}
+
+impl Default for KernelModuleSpecController {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Controller for KernelModuleSpecController {
+    fn name(&self) -> &'static str {
+        "runtime.KernelModuleSpecController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::strong::<KernelModuleSpecSpec>(NAMESPACE)]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        Vec::new()
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let specs = ctx.list::<KernelModuleSpecSpec>(NAMESPACE).await?;
+        if self.index.is_none() {
+            match crate::kmod::ModuleIndex::for_running_kernel() {
+                Ok(i) => self.index = Some(i),
+                Err(e) => {
+                    return Err(ReconcileError::other(format!(
+                        "no kernel modules to load from: {}",
+                        cosi::error::Chain(&e)
+                    )))
+                }
+            }
+        }
+        let Some(index) = &self.index else {
+            return Ok(Action::AwaitChange);
+        };
+        let mut failed = Vec::new();
+        for s in specs.iter().filter(|s| s.metadata.phase == Phase::Running) {
+            if self.done.contains(&s.spec.name) {
+                continue;
+            }
+            match index.load(&s.spec.name, &s.spec.parameters) {
+                Ok(loaded) => {
+                    if !loaded.is_empty() {
+                        tracing::info!(module = %s.spec.name, loaded = ?loaded, "kernel module loaded");
+                    }
+                    self.done.insert(s.spec.name.clone());
+                }
+                Err(e) => failed.push(format!("{}: {}", s.spec.name, cosi::error::Chain(&e))),
+            }
+        }
+        if failed.is_empty() {
+            Ok(Action::AwaitChange)
+        } else {
+            Err(ReconcileError::other(format!(
+                "cannot load kernel modules: {}",
+                failed.join("; ")
+            )))
+        }
+    }
+}
+
+/// `runtime.LoadedKernelModuleController` (a VM's init only): a `LoadedKernelModule` for every
+/// module in `/proc/modules`, read again when a module spec changes and every [`RESYNC`].
+pub struct LoadedKernelModuleController;
+
+impl Controller for LoadedKernelModuleController {
+    fn name(&self) -> &'static str {
+        "runtime.LoadedKernelModuleController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak::<KernelModuleSpecSpec>(NAMESPACE)]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive::<LoadedKernelModuleSpec>()]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let text = std::fs::read_to_string("/proc/modules")
+            .map_err(|e| ReconcileError::other(format!("cannot read /proc/modules: {e}")))?;
+        ctx.apply_all(
+            crate::kmod::parse_proc_modules(&text)
+                .into_iter()
+                .map(|(name, spec)| Resource::new(NAMESPACE, &name, spec)),
+        )
+        .await?;
+        // The spec controller loads in the same cycle as the specs appear: look again shortly
+        // after, then at the resync pace.
+        Ok(Action::RequeueAfter(std::time::Duration::from_secs(2)))
     }
 }

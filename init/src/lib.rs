@@ -24,6 +24,7 @@ pub mod apply;
 pub mod control;
 pub mod controllers;
 pub mod hostname;
+pub mod kmod;
 pub mod kmsg;
 pub mod logs;
 pub mod manifest;
@@ -325,6 +326,22 @@ async fn boot(
         &manifest.daemons,
         profiles_dir.clone(),
     )));
+    // Kernel modules: specs always (they say what the configuration asks for), loading and
+    // the loaded list only as a VM's PID 1 (a container-mode node shares the host's kernel).
+    let vm = config.mode == Mode::Vm;
+    register(runtime.register(controllers::KernelModuleConfigController {
+        boot: if vm {
+            controllers::KernelModuleConfigController::boot_modules(std::path::Path::new(
+                "/usr/lib/modules-load.d",
+            ))
+        } else {
+            Vec::new()
+        },
+    }));
+    if vm {
+        register(runtime.register(controllers::KernelModuleSpecController::new()));
+        register(runtime.register(controllers::LoadedKernelModuleController));
+    }
     let redacted = machinery::resources::config::REDACTED_NAMESPACE;
     if manifest.namespaces.iter().any(|n| n.name == redacted) {
         register(runtime.register(controllers::RedactController::new(controllers::Redact)));

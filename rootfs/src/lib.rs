@@ -238,6 +238,10 @@ pub struct Inputs {
     pub source: PathBuf,
     /// The time of every entry (`SOURCE_DATE_EPOCH`).
     pub epoch: u64,
+    /// A kernel's files (`rootfs/kernel.sh`'s output: `vmlinuz` and `lib/modules/<release>`
+    /// with `modules.dep`): the image then carries the modules of `etc/kernel-modules.conf`
+    /// and what they need, and the kernel is copied beside the image for VMs.
+    pub kernel: Option<PathBuf>,
 }
 
 impl Inputs {
@@ -248,6 +252,7 @@ impl Inputs {
             programs: PROGRAMS.iter().map(|p| p.to_string()).collect(),
             source: source_dir(),
             epoch,
+            kernel: None,
         }
     }
 }
@@ -334,6 +339,10 @@ pub fn plan(inputs: &Inputs) -> Result<Image, Error> {
         image.file(&format!("{ETC_TALOS}/seccomp/{name}"), 0o644, data);
     }
 
+    if let Some(kernel) = &inputs.kernel {
+        kernel_modules(&mut image, kernel, &inputs.source)?;
+    }
+
     let mut libraries: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut interpreter: Option<String> = None;
     for program in &inputs.programs {
@@ -381,6 +390,122 @@ pub fn plan(inputs: &Inputs) -> Result<Image, Error> {
         }
     }
     Ok(image)
+}
+
+/// The kernel release of a kernel directory: its one `lib/modules/<release>`.
+pub fn kernel_release(kernel: &Path) -> Result<String, Error> {
+    let dir = kernel.join("lib/modules");
+    let mut releases: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(read_error(&dir))?
+        .flatten()
+        .filter(|e| e.path().join("modules.dep").is_file())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    releases.sort();
+    match releases.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(Error::Invalid(format!(
+            "{} holds no kernel release with a modules.dep (run rootfs/kernel.sh)",
+            dir.display()
+        ))),
+        many => Err(Error::Invalid(format!(
+            "{} holds several kernel releases ({}): one is expected",
+            dir.display(),
+            many.join(", ")
+        ))),
+    }
+}
+
+/// Adds the boot modules of `source/etc/kernel-modules.conf` and every module they need (from
+/// the kernel's `modules.dep`) under `usr/lib/modules/<release>`, with a `modules.dep` of
+/// just those, the kernel's `modules.builtin`, and the list as
+/// `usr/lib/modules-load.d/talos-rs.conf`.
+fn kernel_modules(image: &mut Image, kernel: &Path, source: &Path) -> Result<(), Error> {
+    let release = kernel_release(kernel)?;
+    let dir = kernel.join("lib/modules").join(&release);
+    let list_path = source.join("etc/kernel-modules.conf");
+    let list = std::fs::read_to_string(&list_path).map_err(read_error(&list_path))?;
+    let wanted: Vec<String> = list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with(';'))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|l| l.replace('-', "_"))
+        .collect();
+    let dep_path = dir.join("modules.dep");
+    let deps_text = std::fs::read_to_string(&dep_path).map_err(read_error(&dep_path))?;
+    let name_of = |p: &str| {
+        Path::new(p)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default()
+            .trim_end_matches(".ko")
+            .replace('-', "_")
+    };
+    let lines: BTreeMap<String, (String, Vec<String>)> = deps_text
+        .lines()
+        .filter_map(|l| {
+            let (m, rest) = l.split_once(':')?;
+            let m = m.trim().to_string();
+            Some((
+                name_of(&m),
+                (m, rest.split_whitespace().map(str::to_string).collect()),
+            ))
+        })
+        .collect();
+    let builtin_path = dir.join("modules.builtin");
+    let builtin = std::fs::read_to_string(&builtin_path).unwrap_or_default();
+    let builtin_names: std::collections::BTreeSet<String> =
+        builtin.lines().map(|l| name_of(l.trim())).collect();
+    // Every module file needed, by its path in modules.dep.
+    let mut files: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for name in &wanted {
+        if builtin_names.contains(name) {
+            continue;
+        }
+        let (file, deps) = lines.get(name).ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: module {name} is not in {} (not a module of kernel {release})",
+                list_path.display(),
+                dep_path.display()
+            ))
+        })?;
+        files.insert(file.clone());
+        files.extend(deps.iter().cloned());
+    }
+    let base = format!("usr/lib/modules/{release}");
+    let mut dep_out = String::new();
+    for file in &files {
+        let from = dir.join(file);
+        if !file.ends_with(".ko") {
+            return Err(Error::Invalid(format!(
+                "{}: only uncompressed modules (.ko) are supported",
+                from.display()
+            )));
+        }
+        let data = std::fs::read(&from).map_err(read_error(&from))?;
+        image.file(&format!("{base}/{file}"), 0o644, data);
+        if let Some((_, deps)) = lines.get(&name_of(file)) {
+            dep_out.push_str(&format!("{file}:"));
+            for d in deps {
+                dep_out.push(' ');
+                dep_out.push_str(d);
+            }
+            dep_out.push('\n');
+        }
+    }
+    image.file(&format!("{base}/modules.dep"), 0o644, dep_out.into_bytes());
+    image.file(
+        &format!("{base}/modules.builtin"),
+        0o644,
+        builtin.into_bytes(),
+    );
+    image.file(
+        "usr/lib/modules-load.d/talos-rs.conf",
+        0o644,
+        list.into_bytes(),
+    );
+    Ok(())
 }
 
 /// The daemons of a manifest: (name, uid, gid).
@@ -456,11 +581,20 @@ pub fn build(inputs: &Inputs, out: &Path) -> Result<Report, Error> {
     let tmp_tree = out.join(format!(".tree.{pid}"));
     let old_tree = out.join(format!(".tree.old.{pid}"));
     let tmp_initramfs = out.join(format!(".initramfs.{pid}"));
+    let vmlinuz = out.join("vmlinuz");
+    let tmp_vmlinuz = inputs
+        .kernel
+        .as_ref()
+        .map(|_| out.join(format!(".vmlinuz.{pid}")));
     remove_tree(&tmp_tree)?;
     let result = (|| {
         image.write_tree(&tmp_tree, inputs.epoch)?;
         let archive = image.initramfs(inputs.epoch)?;
         std::fs::write(&tmp_initramfs, &archive).map_err(write_error(&tmp_initramfs))?;
+        if let (Some(k), Some(tmp)) = (&inputs.kernel, &tmp_vmlinuz) {
+            let from = k.join("vmlinuz");
+            std::fs::copy(&from, tmp).map_err(read_error(&from))?;
+        }
         std::fs::set_permissions(&tmp_initramfs, std::fs::Permissions::from_mode(0o644))
             .map_err(write_error(&tmp_initramfs))?;
         if tree.symlink_metadata().is_ok() {
@@ -469,6 +603,20 @@ pub fn build(inputs: &Inputs, out: &Path) -> Result<Report, Error> {
         std::fs::rename(&tmp_tree, &tree).map_err(write_error(&tree))?;
         std::fs::rename(&tmp_initramfs, &initramfs).map_err(write_error(&initramfs))?;
         remove_tree(&old_tree)?;
+        // The kernel a VM boots this image with, beside it (none without one: an old kernel
+        // must not stay beside a new image).
+        match &tmp_vmlinuz {
+            Some(tmp) => std::fs::rename(tmp, &vmlinuz).map_err(write_error(&vmlinuz))?,
+            None => match std::fs::remove_file(&vmlinuz) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::Write {
+                        path: vmlinuz.clone(),
+                        source: e,
+                    })
+                }
+                _ => {}
+            },
+        }
         Ok(archive.len() as u64)
     })();
     match result {
@@ -481,7 +629,7 @@ pub fn build(inputs: &Inputs, out: &Path) -> Result<Report, Error> {
             shared_libraries: image
                 .entries
                 .keys()
-                .filter(|p| p.starts_with("usr/lib/"))
+                .filter(|p| p.starts_with("usr/lib/") && !p.starts_with("usr/lib/modules"))
                 .filter(|p| matches!(image.entries.get(*p), Some(Kind::File { .. })))
                 .cloned()
                 .collect(),
@@ -489,6 +637,9 @@ pub fn build(inputs: &Inputs, out: &Path) -> Result<Report, Error> {
         Err(e) => {
             let _ = remove_tree(&tmp_tree);
             let _ = std::fs::remove_file(&tmp_initramfs);
+            if let Some(tmp) = &tmp_vmlinuz {
+                let _ = std::fs::remove_file(tmp);
+            }
             Err(e)
         }
     }
@@ -559,6 +710,70 @@ mod tests {
         assert_eq!(
             image.initramfs(1234).unwrap(),
             image.initramfs(1234).unwrap()
+        );
+    }
+
+    /// A kernel directory as rootfs/kernel.sh leaves it, with three modules: `a` needs `b`,
+    /// `c` stands alone, `x` is built in.
+    fn fake_kernel(dir: &Path) {
+        let m = dir.join("lib/modules/9.9.9");
+        std::fs::create_dir_all(m.join("kernel/sub")).unwrap();
+        for f in ["a.ko", "sub/b-b.ko", "c.ko"] {
+            std::fs::write(m.join("kernel").join(f), f.as_bytes()).unwrap();
+        }
+        std::fs::write(
+            m.join("modules.dep"),
+            "kernel/a.ko: kernel/sub/b-b.ko\nkernel/sub/b-b.ko:\nkernel/c.ko:\n",
+        )
+        .unwrap();
+        std::fs::write(m.join("modules.builtin"), "kernel/x.ko\n").unwrap();
+        std::fs::write(dir.join("vmlinuz"), b"kernel").unwrap();
+    }
+
+    #[test]
+    fn the_boot_modules_and_what_they_need_go_into_the_image() {
+        let kernel = tempfile::tempdir().unwrap();
+        fake_kernel(kernel.path());
+        let source = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(source.path().join("etc")).unwrap();
+        std::fs::write(
+            source.path().join("etc/kernel-modules.conf"),
+            "# boot\na opt=1\nx\n",
+        )
+        .unwrap();
+        let mut image = Image::default();
+        kernel_modules(&mut image, kernel.path(), source.path()).unwrap();
+        let base = "usr/lib/modules/9.9.9";
+        for f in [
+            "kernel/a.ko",
+            "kernel/sub/b-b.ko",
+            "modules.dep",
+            "modules.builtin",
+        ] {
+            assert!(image.entries.contains_key(&format!("{base}/{f}")), "{f}");
+        }
+        assert!(!image.entries.contains_key(&format!("{base}/kernel/c.ko")));
+        assert!(image
+            .entries
+            .contains_key("usr/lib/modules-load.d/talos-rs.conf"));
+        let Some(Kind::File { data, .. }) = image.entries.get(&format!("{base}/modules.dep"))
+        else {
+            panic!("modules.dep is a file");
+        };
+        assert_eq!(
+            String::from_utf8_lossy(data),
+            "kernel/a.ko: kernel/sub/b-b.ko\nkernel/sub/b-b.ko:\n"
+        );
+        assert_eq!(kernel_release(kernel.path()).unwrap(), "9.9.9");
+
+        // A module the kernel does not have is refused, naming the list.
+        std::fs::write(source.path().join("etc/kernel-modules.conf"), "nope\n").unwrap();
+        let e = kernel_modules(&mut Image::default(), kernel.path(), source.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("nope") && e.contains("kernel-modules.conf"),
+            "{e}"
         );
     }
 }

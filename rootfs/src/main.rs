@@ -22,6 +22,10 @@ struct Args {
     /// The workspace's rootfs/ directory (manifest, seccomp profiles) [default: this crate's].
     #[arg(long, value_name = "DIR")]
     source: Option<PathBuf>,
+    /// A kernel for VM nodes (rootfs/kernel.sh's output: DIR/vmlinuz, DIR/lib/modules/<release>):
+    /// the image carries its boot modules and DIR/vmlinuz is copied to OUT/vmlinuz.
+    #[arg(long, value_name = "DIR")]
+    kernel: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         programs: args.programs,
         source: args.source.unwrap_or_else(rootfs::source_dir),
         epoch,
+        kernel: args.kernel,
     };
     match rootfs::build(&inputs, &args.out) {
         Ok(r) => {

@@ -36,6 +36,12 @@ pub struct GetArgs {
     /// (created), `-` (destroyed) or a blank (updated); YAML and JSON carry `event:`.
     #[arg(short = 'w', long)]
     pub watch: bool,
+
+    /// Read through the maintenance API of a node that has no configuration yet (`-n IP`),
+    /// without a client certificate, trusting the node's certificate as it is (as upstream;
+    /// `apply-config --insecure --cert-fingerprint` pins it).
+    #[arg(short = 'i', long)]
+    pub insecure: bool,
 }
 
 /// Long help of `get`, with examples.

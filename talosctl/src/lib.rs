@@ -196,6 +196,26 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match &cli.command {
+        Command::Get(args) if args.insecure => {
+            let targets = if cli.endpoints.is_empty() {
+                &cli.nodes
+            } else {
+                &cli.endpoints
+            };
+            if targets.is_empty() {
+                anyhow::bail!(
+                    "get --insecure needs the node's address: -n <ip> (or -e <ip[:port]>)"
+                );
+            }
+            block_on(async {
+                // Channels are made inside the runtime (they spawn their connection tasks).
+                let mut sources = Vec::new();
+                for t in targets {
+                    sources.extend(api::Api::insecure(t, &[])?.state_sources()?);
+                }
+                get::run_on(&sources, args, &mut out).await
+            })
+        }
         Command::Get(args) if !over_sockets(&cli) => {
             let api = api(&cli)?;
             block_on(async { get::run_on(&api.state_sources()?, args, &mut out).await })

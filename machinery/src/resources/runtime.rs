@@ -373,9 +373,69 @@ impl ResourceSpec for MachineStatusSpec {
 /// A `MachineStatus` resource.
 pub type MachineStatus = Resource<MachineStatusSpec>;
 
+/// A kernel module to load (upstream's `KernelModuleSpec`). ID: the module's name. init writes
+/// one for every module its image loads at boot (`/usr/lib/modules-load.d/*.conf`) and every
+/// one of `machine.kernel.modules`; in a VM it loads them, with their dependencies.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelModuleSpecSpec {
+    /// The module's name.
+    pub name: String,
+    /// Its parameters (`key=value`).
+    #[serde(default)]
+    pub parameters: Vec<String>,
+}
+
+impl ResourceSpec for KernelModuleSpecSpec {
+    const TYPE: &'static str = "KernelModuleSpecs.runtime.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+    }
+}
+
+/// A `KernelModuleSpec` resource.
+pub type KernelModuleSpec = Resource<KernelModuleSpecSpec>;
+
+/// A module the kernel has loaded, as `/proc/modules` lists it (upstream's
+/// `LoadedKernelModule`, `talosctl get modules`). ID: the module's name. Only a VM's init
+/// writes them (a container-mode node shares the host's kernel).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadedKernelModuleSpec {
+    /// Bytes of memory it takes.
+    pub size: u64,
+    /// How many users it has.
+    pub reference_count: u64,
+    /// Modules that use it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<String>,
+    /// `Live`, `Loading` or `Unloading`.
+    pub state: String,
+    /// Its load address (zero unless the reader may see addresses).
+    pub address: String,
+}
+
+impl ResourceSpec for LoadedKernelModuleSpec {
+    const TYPE: &'static str = "LoadedKernelModules.runtime.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_aliases(&["module", "modules"])
+            .with_columns(&[("State", "{.state}")])
+    }
+}
+
+/// A `LoadedKernelModule` resource.
+pub type LoadedKernelModule = Resource<LoadedKernelModuleSpec>;
+
 /// Definitions of the runtime namespace's types.
 pub fn definitions() -> Vec<ResourceDefinition> {
     vec![
+        KernelModuleSpecSpec::definition(),
+        LoadedKernelModuleSpec::definition(),
         KernelCmdlineSpec::definition(),
         ServiceStatusSpec::definition(),
         ServiceSpecSpec::definition(),
