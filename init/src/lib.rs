@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod acquire;
 pub mod apply;
 pub mod control;
 pub mod controllers;
@@ -342,6 +343,16 @@ async fn boot(
         register(runtime.register(controllers::KernelModuleSpecController::new()));
         register(runtime.register(controllers::LoadedKernelModuleController));
     }
+    // talos.config=http://…: fetched once the network is up (a file path was seeded above).
+    if let (Some(url), Some(applier)) = (
+        cmdline_config(&config.cmdline).filter(|u| acquire::is_url(u)),
+        &applier,
+    ) {
+        register(runtime.register(acquire::AcquireController {
+            url: url.to_string(),
+            applier: applier.clone(),
+        }));
+    }
     let redacted = machinery::resources::config::REDACTED_NAMESPACE;
     if manifest.namespaces.iter().any(|n| n.name == redacted) {
         register(runtime.register(controllers::RedactController::new(controllers::Redact)));
@@ -424,10 +435,11 @@ pub fn launch_of(
 /// holds none yet. A configuration that does not validate is not written (the node then waits
 /// for one, as Talos's maintenance mode).
 async fn seed_config(client: &cosi::Client, config: &Config) {
-    let source = config
-        .config_file
-        .clone()
-        .or_else(|| cmdline_config(&config.cmdline).map(|p| config.paths.node(p)));
+    let source = config.config_file.clone().or_else(|| {
+        cmdline_config(&config.cmdline)
+            .filter(|p| !acquire::is_url(p))
+            .map(|p| config.paths.node(p))
+    });
     let Some(source) = source else { return };
     match client
         .list(CONFIG_NS, MachineConfigSpec::TYPE, &Query::default())

@@ -152,7 +152,7 @@ async fn bridge_created_changed_and_removed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a kernel with 8021q and bonding (this host has neither): runs in a VM node, issue 11"]
+#[ignore = "needs a kernel with 8021q and bonding (this host has neither); the same links converge in a VM node in tests/tests/vm.rs"]
 async fn vlan_created_and_removed() {
     if !can_run() {
         return;
@@ -202,7 +202,7 @@ machine:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a kernel with 8021q and bonding (this host has neither): runs in a VM node, issue 11"]
+#[ignore = "needs a kernel with 8021q and bonding (this host has neither); the same links converge in a VM node in tests/tests/vm.rs"]
 async fn bond_created_and_removed() {
     if !can_run() {
         return;

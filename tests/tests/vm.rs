@@ -204,3 +204,247 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     let log = std::fs::read_to_string(&console).unwrap_or_default();
     assert!(log.contains("kernel module loaded"), "console: {log}");
 }
+
+/// The links a VM node's config asks for: a VLAN on the virtio NIC, a dummy with an address,
+/// and an active-backup bond of two more dummies (the VM has one NIC) — what the host kernel
+/// here cannot make (no 8021q, bonding or dummy).
+const LINKS_PATCH: &str = r#"machine:
+  network:
+    interfaces:
+      - interface: eth0
+        dhcp: true
+        vlans:
+          - vlanId: 10
+            addresses: [198.51.100.2/24]
+      - interface: dummy0
+        dummy: true
+        addresses: [192.0.2.1/24]
+      - interface: dummy1
+        dummy: true
+      - interface: dummy2
+        dummy: true
+      - interface: bond0
+        bond:
+          mode: active-backup
+          miimon: 100
+          interfaces: [dummy1, dummy2]
+        addresses: [203.0.113.1/24]
+"#;
+
+/// `talosctl get links -o json` of the cluster's node: each link's spec by name.
+fn links(cluster: &node_tests::Cluster) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let out = cluster.talosctl(&["get", "links", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "get links: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<serde_json::Value>()
+        .filter_map(Result::ok)
+        .filter_map(|v| Some((v["metadata"]["id"].as_str()?.to_string(), v["spec"].clone())))
+        .collect()
+}
+
+fn addresses(cluster: &node_tests::Cluster) -> String {
+    node_tests::text(&cluster.talosctl(&["get", "addresses"]))
+}
+
+/// The links and addresses of [`LINKS_PATCH`] are all there, the bond with both members.
+fn links_converged(cluster: &node_tests::Cluster) -> Option<()> {
+    let l = links(cluster);
+    let kind = |n: &str| {
+        l.get(n)
+            .and_then(|s| s["kind"].as_str().map(str::to_string))
+    };
+    let index = |n: &str| l.get(n).and_then(|s| s["index"].as_u64());
+    let master = |n: &str| l.get(n).and_then(|s| s["masterIndex"].as_u64());
+    let a = addresses(cluster);
+    (kind("eth0.10").as_deref() == Some("vlan")
+        && kind("dummy0").as_deref() == Some("dummy")
+        && kind("bond0").as_deref() == Some("bond")
+        && l["bond0"]["bondMaster"]["mode"] == "active-backup"
+        && index("bond0").is_some()
+        && master("dummy1") == index("bond0")
+        && master("dummy2") == index("bond0")
+        && a.contains("eth0.10/198.51.100.2/24")
+        && a.contains("dummy0/192.0.2.1/24")
+        && a.contains("bond0/203.0.113.1/24"))
+    .then_some(())
+}
+
+#[test]
+fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing() {
+    if !testkit::require_root("it makes network namespaces, taps and runs qemu") {
+        return;
+    }
+    if !testkit::require_program("qemu-system-x86_64", "apt-get install qemu-system-x86") {
+        return;
+    }
+    let Some((kernel, initramfs)) = vm_image() else {
+        testkit::skip(
+            "no VM image in target/rootfs (run rootfs/kernel.sh && rootfs/build.sh, as \
+             scripts/test.sh does)",
+        );
+        return;
+    };
+    let before = node_tests::HostSnapshot::take();
+    let patch_dir = tempfile::tempdir().unwrap();
+    let patch = patch_dir.path().join("links.yaml");
+    std::fs::write(&patch, LINKS_PATCH).unwrap();
+    let mut cluster = node_tests::Cluster::builder()
+        .arg("--provisioner")
+        .arg("qemu")
+        .arg("--memory")
+        .arg("1024")
+        .arg("--disk")
+        .arg("2048")
+        .arg("--vmlinuz-path")
+        .arg(&kernel.to_string_lossy())
+        .arg("--initrd-path")
+        .arg(&initramfs.to_string_lossy())
+        .arg("--config-patch")
+        .arg(&format!("@{}", patch.display()))
+        .create();
+    let info = cluster.show();
+    let node = &info.nodes[0];
+    let _print = Console(
+        cluster
+            .cluster_dir()
+            .join("nodes")
+            .join(&node.name)
+            .join("console.log"),
+    );
+    assert_eq!(node.state, "ready", "{node:?}");
+    assert_eq!(
+        node.netns, info.netns,
+        "a VM has no network namespace of its own"
+    );
+    let qemu = node.init_pid.expect("qemu runs");
+    let cmdline = std::fs::read_to_string(format!("/proc/{qemu}/cmdline")).unwrap();
+    assert!(cmdline.starts_with("qemu-system-x86_64"), "{cmdline:?}");
+
+    // The disk: a sparse raw image of the asked size.
+    let disk = cluster
+        .cluster_dir()
+        .join("nodes")
+        .join(&node.name)
+        .join("disk.raw");
+    let meta = std::fs::metadata(&disk).unwrap();
+    assert_eq!(meta.len(), 2048 * 1024 * 1024);
+    use std::os::unix::fs::MetadataExt as _;
+    assert!(meta.blocks() * 512 < 1024 * 1024, "the disk is sparse");
+
+    // Through apid (the node's published port): the VM's own kernel made the links.
+    let version = node_tests::text(&cluster.talosctl(&["get", "machinestatus", "-o", "yaml"]));
+    assert!(
+        version.contains("mode: vm") && version.contains("stage: running"),
+        "{version}"
+    );
+    wait_for(
+        "VLAN, dummy and bond links",
+        Duration::from_secs(60),
+        || links_converged(&cluster),
+    );
+
+    // The configuration server answers the node only: from the bridge's own address (another
+    // party on the cluster network) the connection is dropped, token or not.
+    let console = std::fs::read_to_string(
+        cluster
+            .cluster_dir()
+            .join("nodes")
+            .join(&node.name)
+            .join("console.log"),
+    )
+    .unwrap();
+    let url = console
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("talos.config="))
+        .expect("talos.config= on the kernel command line")
+        .trim()
+        .to_string();
+    assert!(
+        url.starts_with(&format!("http://{}:", info.gateway)),
+        "{url}"
+    );
+    let stolen = Command::new("ip")
+        .args(["netns", "exec", &info.netns, "curl", "-sS", "-m", "5", &url])
+        .output()
+        .unwrap();
+    assert!(
+        !stolen.status.success() && !String::from_utf8_lossy(&stolen.stdout).contains("machine"),
+        "the configuration was served to another address: {}",
+        String::from_utf8_lossy(&stolen.stdout)
+    );
+
+    // A reboot comes back as the same VM (same qemu), configured and converged again.
+    let out = cluster.talosctl(&["reboot"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("the reboot to start", Duration::from_secs(60), || {
+        let log = std::fs::read_to_string(
+            cluster
+                .cluster_dir()
+                .join("nodes")
+                .join(&node.name)
+                .join("console.log"),
+        )
+        .unwrap_or_default();
+        (log.matches("Linux version").count() >= 2).then_some(())
+    });
+    wait_for("the node ready again", Duration::from_secs(120), || {
+        let n = cluster.show().nodes.into_iter().next()?;
+        (n.state == "ready").then_some(n)
+    });
+    assert_eq!(
+        cluster.show().nodes[0].init_pid,
+        Some(qemu),
+        "the same qemu"
+    );
+    wait_for("the links again", Duration::from_secs(60), || {
+        links_converged(&cluster)
+    });
+
+    // Removed from the config: removed from the kernel.
+    let out = cluster.talosctl(&[
+        "patch",
+        "machineconfig",
+        "-p",
+        r#"[{"op":"remove","path":"/machine/network/interfaces/4"},
+            {"op":"remove","path":"/machine/network/interfaces/3"},
+            {"op":"remove","path":"/machine/network/interfaces/2"},
+            {"op":"remove","path":"/machine/network/interfaces/1"},
+            {"op":"remove","path":"/machine/network/interfaces/0/vlans"}]"#,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("the links removed", Duration::from_secs(60), || {
+        let l = links(&cluster);
+        (l.contains_key("eth0") && l.len() == 2).then_some(())
+    });
+
+    // Destroy leaves nothing: no qemu, no namespace (with its tap and bridge), no file.
+    let out = cluster.destroy();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!node_tests::alive(qemu), "qemu {qemu} is gone");
+    let after = node_tests::HostSnapshot::take();
+    assert_eq!(before.links, after.links, "the host's links are untouched");
+    assert!(
+        !after.netns.iter().any(|n| n.starts_with(&cluster.name)),
+        "{:?}",
+        after.netns
+    );
+    assert!(!cluster.cluster_dir().exists());
+    let left = node_tests::processes_mentioning(&cluster.cluster_dir().to_string_lossy());
+    assert!(left.is_empty(), "processes left: {left:?}");
+}

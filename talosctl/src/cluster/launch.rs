@@ -96,7 +96,10 @@ pub fn supervise(args: &LaunchArgs) -> anyhow::Result<i32> {
         let netns = Path::new(NETNS_DIR).join(&args.netns);
         std::thread::Builder::new()
             .name("api-publish".into())
-            .spawn(move || super::publish::relay(listener, netns))
+            .spawn(move || {
+                let apid = std::net::SocketAddr::from(([127, 0, 0, 1], super::publish::API_PORT));
+                super::publish::relay(listener, netns, apid)
+            })
             .context("cannot start the API relay")?;
     }
     let exe = std::env::current_exe().context("cannot find the talosctl binary")?;

@@ -20,6 +20,7 @@ pub mod net;
 pub mod publish;
 pub mod record;
 pub mod uids;
+pub mod vm;
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -34,7 +35,7 @@ use machinery::resources::network::AddressStatusSpec;
 use machinery::secrets::Bundle;
 
 use self::launch::LaunchArgs;
-use self::record::{Cluster, Node, Object, Proc, Role};
+use self::record::{Cluster, Node, Object, Proc, Provisioner, Role};
 use crate::talosconfig::{self, TalosConfig};
 
 /// The default cluster name (as upstream).
@@ -67,6 +68,10 @@ pub enum Command {
     /// (internal) A node's PID 1 until it becomes init.
     #[command(hide = true)]
     NodeInit(LaunchArgs),
+    /// (internal) A VM node's supervisor on the host: its configuration server, its API
+    /// relay and qemu.
+    #[command(hide = true)]
+    NodeVm(vm::VmArgs),
 }
 
 const CREATE_LONG_ABOUT: &str = "\
@@ -83,13 +88,23 @@ later removes what was made. The state goes to ~/.talos/clusters/<name> (see --s
 context named after the cluster is merged into the talosconfig, so that `talosctl -n <node> …`
 reaches the nodes. Each node's apid is published on the host's 127.0.0.1 (a port of the
 kernel's choosing, in `cluster show`), and the context holds the OS CA, an os:admin client
-certificate and the first control plane's published endpoint (`talosctl version`).";
+certificate and the first control plane's published endpoint (`talosctl version`).
+
+With --provisioner qemu the nodes are VMs instead: Debian's stock kernel and the image's
+initramfs (rootfs/kernel.sh && rootfs/build.sh make both) under qemu, each with a tap in the
+cluster's bridge, a sparse raw disk (--disk) and its serial console in <node dir>/console.log.
+A VM gets its machine config over HTTP from its supervisor (talos.config= on its kernel command
+line, served to that node only) and is reached through apid only. TCG by default (--accel kvm
+where the host's KVM works); a VM boots to ready in about ten seconds under TCG. The disk is
+attached but not used yet (no blockd): a VM's state lives in memory, and a reboot fetches the
+config again.";
 
 const CREATE_EXAMPLES: &str = "\
 Examples:
   talosctl cluster create
   talosctl cluster create --name demo --controlplanes 1 --workers 2
   talosctl cluster create --name demo --config-patch @patch.yaml --cidr 10.6.0.0/24
+  talosctl cluster create --name vms --provisioner qemu --workers 0 --memory 1024
   talosctl -n demo-worker-1 get addresses
   talosctl cluster destroy --name demo";
 
@@ -147,6 +162,27 @@ pub struct CreateArgs {
     /// How long to wait for every node's daemons and address, in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     wait_timeout: u64,
+    /// How the nodes run: in Linux namespaces on this host's kernel, or as VMs under qemu.
+    #[arg(long, value_enum, default_value_t = Provisioner::Container)]
+    provisioner: Provisioner,
+    /// qemu: memory of each VM, MiB.
+    #[arg(long, default_value_t = 2048, value_name = "MIB")]
+    memory: u32,
+    /// qemu: virtual CPUs of each VM.
+    #[arg(long, default_value_t = 2)]
+    cpus: u32,
+    /// qemu: the size of each VM's disk (a sparse raw image), MiB.
+    #[arg(long, default_value_t = 6144, value_name = "MIB")]
+    disk: u64,
+    /// qemu: the accelerator (kvm hangs guest kernels on some hosts).
+    #[arg(long, value_enum, default_value_t = vm::Accel::Tcg)]
+    accel: vm::Accel,
+    /// qemu: the kernel [default: vmlinuz beside the image tree, from rootfs/kernel.sh].
+    #[arg(long, value_name = "FILE")]
+    vmlinuz_path: Option<PathBuf>,
+    /// qemu: the initramfs [default: initramfs.cpio.gz beside the image tree].
+    #[arg(long, value_name = "FILE")]
+    initrd_path: Option<PathBuf>,
 }
 
 /// Arguments of `cluster show`.
@@ -190,6 +226,10 @@ pub fn run(cmd: &Command, talosconfig: &Path, out: &mut dyn Write) -> anyhow::Re
             std::process::exit(code)
         }
         Command::NodeInit(args) => launch::node_init(args),
+        Command::NodeVm(args) => {
+            let code = vm::supervise(args)?;
+            std::process::exit(code)
+        }
     }
 }
 
@@ -362,7 +402,34 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
             );
         }
     }
-    check_uids(&image)?;
+    let qemu = args.provisioner == Provisioner::Qemu;
+    // Daemons of a VM run under the VM's own kernel: the host's users are not theirs.
+    if !qemu {
+        check_uids(&image)?;
+    }
+    if qemu {
+        if args.memory < 512 {
+            anyhow::bail!("--memory {}: a VM node needs at least 512 MiB", args.memory);
+        }
+        if !(1..=64).contains(&args.cpus) {
+            anyhow::bail!("--cpus {}: 1 to 64", args.cpus);
+        }
+        if args.disk < 1024 {
+            anyhow::bail!("--disk {}: a VM's disk needs at least 1024 MiB", args.disk);
+        }
+        for f in [&vm_files(args, &image).0, &vm_files(args, &image).1] {
+            if !f.is_file() {
+                anyhow::bail!(
+                    "{} does not exist: fetch the kernel and build the image with \
+                     `rootfs/kernel.sh && rootfs/build.sh`, or give --vmlinuz-path/--initrd-path",
+                    f.display()
+                );
+            }
+        }
+        if args.accel == vm::Accel::Kvm && !Path::new("/dev/kvm").exists() {
+            anyhow::bail!("--accel kvm: this host has no /dev/kvm (use tcg)");
+        }
+    }
     let cidr = match &args.cidr {
         Some(c) => c.clone(),
         None => default_cidr(&root)?,
@@ -372,14 +439,19 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
     if net::host(network, prefix, 1 + total).is_none() {
         anyhow::bail!("--cidr {cidr}: too small for the bridge and {total} nodes");
     }
-    for tool in ["ip", "dnsmasq", "nsenter"] {
+    let tools: &[&str] = if qemu {
+        &["ip", "dnsmasq", "nsenter", "setpriv", "qemu-system-x86_64"]
+    } else {
+        &["ip", "dnsmasq", "nsenter"]
+    };
+    for tool in tools.iter().copied() {
         let found = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
             .unwrap_or(false);
         if !found {
             anyhow::bail!(
                 "{tool} is not installed (scripts/install-deps.sh installs iproute2, \
-                 dnsmasq-base and util-linux)"
+                 dnsmasq-base, util-linux and qemu-system-x86)"
             );
         }
     }
@@ -410,17 +482,24 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
             ip: ip.to_string(),
             prefix,
             mac: format!("02:74:72:73:{:02x}:{:02x}", n >> 8, n & 0xff),
-            netns: name.clone(),
+            netns: if qemu { netns.clone() } else { name.clone() },
             veth: format!(
-                "veth-{}{i}",
+                "{}-{}{i}",
+                if qemu { "tap" } else { "veth" },
                 if role == Role::Controlplane { 'c' } else { 'w' }
             ),
             dir: dir.join("nodes").join(&name),
             supervisor: None,
             init: None,
             api_port: None,
+            disk: qemu.then(|| dir.join("nodes").join(&name).join("disk.raw")),
         };
         let base = genconfig::node_config(&secrets, &which.name, &name, role, &endpoint)?;
+        let base = if qemu {
+            genconfig::for_vm(&base)?
+        } else {
+            base
+        };
         let mut all: Vec<Patch> = common.clone();
         all.extend(
             match role {
@@ -438,9 +517,15 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
         };
         let parsed = Config::from_yaml(&config).map_err(|e| invalid_config(&name, &e))?;
         parsed
-            .validate(ValidationMode::Container)
+            .validate(if qemu {
+                ValidationMode::Metal
+            } else {
+                ValidationMode::Container
+            })
             .map_err(|e| invalid_config(&name, &e))?;
-        names.push(node.netns.clone());
+        if !qemu {
+            names.push(node.netns.clone());
+        }
         nodes.push(Planned { node, config });
     }
     for n in &names {
@@ -453,6 +538,7 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
     }
     let cluster = Cluster {
         name: which.name.clone(),
+        provisioner: args.provisioner,
         dir: dir.clone(),
         cidr,
         gateway: gateway.to_string(),
@@ -467,6 +553,19 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
             .unwrap_or(0),
     };
     Ok((cluster, nodes, root, image, secrets))
+}
+
+/// A VM's kernel and initramfs: given, or beside the image tree (`target/rootfs/`).
+fn vm_files(args: &CreateArgs, image: &Path) -> (PathBuf, PathBuf) {
+    let beside = image.parent().unwrap_or(image);
+    (
+        args.vmlinuz_path
+            .clone()
+            .unwrap_or_else(|| beside.join("vmlinuz")),
+        args.initrd_path
+            .clone()
+            .unwrap_or_else(|| beside.join("initramfs.cpio.gz")),
+    )
 }
 
 /// Refuses an image whose daemons would run under a uid the host has (DESIGN.md §5).
@@ -508,8 +607,9 @@ fn create(args: &CreateArgs, talosconfig: &Path, out: &mut dyn Write) -> anyhow:
     // The talosconfig must be readable before anything is made.
     TalosConfig::load(talosconfig)?;
     progress.say(format_args!(
-        "creating cluster {:?}: {} control plane(s), {} worker(s), network {}, state {}",
+        "creating cluster {:?} ({}): {} control plane(s), {} worker(s), network {}, state {}",
         cluster.name,
+        cluster.provisioner.as_str(),
         args.controlplanes,
         args.workers,
         cluster.cidr,
@@ -564,10 +664,37 @@ fn build(
     args: &CreateArgs,
     progress: &Progress,
 ) -> anyhow::Result<()> {
+    let qemu = cluster.provisioner == Provisioner::Qemu;
     let lower = cluster.dir.join("image");
-    copy_tree(image, &lower)
-        .with_context(|| format!("cannot copy the image to {}", lower.display()))?;
-    progress.say(format_args!("copied the image {}", image.display()));
+    let (kernel, initrd) = (
+        cluster.dir.join("vmlinuz"),
+        cluster.dir.join("initramfs.cpio.gz"),
+    );
+    if qemu {
+        // The kernel and initramfs of this cluster (a rebuild of the image does not change a
+        // running cluster's reboots), and the manifest, for the node states.
+        let (k, i) = vm_files(args, image);
+        std::fs::copy(&k, &kernel).with_context(|| format!("cannot copy {}", k.display()))?;
+        std::fs::copy(&i, &initrd).with_context(|| format!("cannot copy {}", i.display()))?;
+        let manifest = lower.join(launch::NODE_MANIFEST.trim_start_matches('/'));
+        if let Some(d) = manifest.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::copy(
+            image.join(launch::NODE_MANIFEST.trim_start_matches('/')),
+            &manifest,
+        )
+        .context("cannot copy the image's daemon manifest")?;
+        progress.say(format_args!(
+            "copied the kernel {} and initramfs {}",
+            k.display(),
+            i.display()
+        ));
+    } else {
+        copy_tree(image, &lower)
+            .with_context(|| format!("cannot copy the image to {}", lower.display()))?;
+        progress.say(format_args!("copied the image {}", image.display()));
+    }
 
     let (network, prefix) = net::parse_cidr(&cluster.cidr)?;
     let gateway: Ipv4Addr = cluster.gateway.parse()?;
@@ -600,6 +727,18 @@ fn build(
     for (i, p) in planned.iter().enumerate() {
         let n = i + 1;
         let node = &p.node;
+        if qemu {
+            launch_vm(
+                cluster,
+                node,
+                &p.config,
+                (&kernel, &initrd),
+                args,
+                n,
+                progress,
+            )?;
+            continue;
+        }
         for d in ["upper", "work", "root"] {
             std::fs::create_dir_all(node.dir.join(d))
                 .with_context(|| format!("cannot create {}", node.dir.join(d).display()))?;
@@ -640,16 +779,9 @@ fn build(
         ));
     }
 
-    hook("wait")?;
-    progress.say("waiting for every node's daemons and DHCP address");
-    let started = Instant::now();
-    let timeout = Duration::from_secs(args.wait_timeout);
-    wait_ready(cluster, timeout, progress)?;
-
-    let mut tc = TalosConfig::load(talosconfig)?;
-    let existed = talosconfig.exists();
     // The first control plane's apid, published on the host, is the endpoint; its OS CA and
-    // an os:admin client certificate the credentials (as `gen config` writes them).
+    // an os:admin client certificate the credentials (as `gen config` writes them). The
+    // cluster keeps a copy: its VM nodes' states are read through apid.
     let first = cluster
         .nodes
         .iter()
@@ -661,6 +793,26 @@ fn build(
         crate::gen::CLIENT_CERT_TTL,
     )?;
     let ca = secrets.os_ca_crt();
+    let mut own = TalosConfig::default();
+    own.merge(
+        &cluster.name,
+        talosconfig::Context {
+            ca: ca.clone(),
+            crt: client.crt.clone(),
+            key: client.key.clone(),
+            ..Default::default()
+        },
+    );
+    own.save(&cluster.dir.join(OWN_TALOSCONFIG))?;
+
+    hook("wait")?;
+    progress.say("waiting for every node's daemons and DHCP address");
+    let started = Instant::now();
+    let timeout = Duration::from_secs(args.wait_timeout);
+    wait_ready(cluster, timeout, progress)?;
+
+    let mut tc = TalosConfig::load(talosconfig)?;
+    let existed = talosconfig.exists();
     wait_api(
         cluster,
         &ca,
@@ -763,6 +915,113 @@ fn start_dnsmasq(cluster: &Cluster, network: Ipv4Addr, prefix: u8) -> anyhow::Re
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Makes a VM node: its directory, config, disk and tap, and starts its supervisor (detached);
+/// records qemu as the node's init once it runs.
+fn launch_vm(
+    cluster: &mut Cluster,
+    node: &Node,
+    config: &str,
+    (kernel, initrd): (&Path, &Path),
+    args: &CreateArgs,
+    n: usize,
+    progress: &Progress,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&node.dir)
+        .with_context(|| format!("cannot create {}", node.dir.display()))?;
+    let config_file = node.dir.join("config.yaml");
+    crate::files::write_private(&config_file, config.as_bytes())?;
+    let disk = node.disk.clone().context("a VM node without a disk")?;
+    std::fs::File::create(&disk)
+        .and_then(|f| f.set_len(args.disk * 1024 * 1024))
+        .with_context(|| format!("cannot create the disk {}", disk.display()))?;
+    hook(&format!("node-netns:{n}"))?;
+    cluster.record(Object::Link {
+        netns: cluster.netns.clone(),
+        name: node.veth.clone(),
+    })?;
+    net::tap_add(&cluster.netns, &cluster.bridge, &node.veth)?;
+    hook(&format!("node-launch:{n}"))?;
+    cluster.record(Object::Node {
+        name: node.name.clone(),
+    })?;
+    let api_port = publish::free_port()?;
+    let spec = vm::VmSpec {
+        name: node.name.clone(),
+        netns: cluster.netns.clone(),
+        tap: node.veth.clone(),
+        mac: node.mac.clone(),
+        ip: node.ip.parse().context("the node's address")?,
+        gateway: cluster.gateway.parse().context("the gateway's address")?,
+        kernel: kernel.to_path_buf(),
+        initrd: initrd.to_path_buf(),
+        disk,
+        memory_mib: args.memory,
+        cpus: args.cpus,
+        accel: args.accel,
+        config: config_file,
+        console: node.console(),
+        api_port,
+    };
+    let spec_file = node.dir.join(vm::SPEC_FILE);
+    std::fs::write(&spec_file, serde_json::to_vec_pretty(&spec)?)
+        .with_context(|| format!("cannot write {}", spec_file.display()))?;
+    let log = node.dir.join("supervisor.log");
+    let out =
+        std::fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let mut child = vm::supervise_command(&spec_file)?
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .context("cannot start the VM's supervisor")?;
+    let pid = i32::try_from(child.id()).context("pid")?;
+    let supervisor = Proc::of(pid, &format!("supervisor of {}", node.name))
+        .with_context(|| format!("the supervisor of {} ended at once", node.name))?;
+    let pid_file = node.dir.join(vm::PID_FILE);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let qemu = loop {
+        if let Ok(text) = std::fs::read_to_string(&pid_file) {
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                if let Some(p) = Proc::of(pid, &format!("qemu of {}", node.name)) {
+                    break p;
+                }
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            anyhow::bail!(
+                "{} did not start ({status}):\n{}",
+                node.name,
+                tail(&log, 20)
+            );
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("{}: qemu did not start within 10 s", node.name);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let qemu_pid = qemu.pid;
+    if let Some(n) = cluster.node_mut(&node.name) {
+        n.supervisor = Some(supervisor);
+        n.init = Some(qemu);
+        n.api_port = Some(api_port);
+    }
+    cluster.save()?;
+    progress.say(format_args!(
+        "{}: VM (qemu pid {qemu_pid}, {} MiB, {} CPU(s), {}), {} on {}, API on 127.0.0.1:{api_port}, console {}",
+        node.name,
+        args.memory,
+        args.cpus,
+        match args.accel {
+            vm::Accel::Tcg => "tcg",
+            vm::Accel::Kvm => "kvm",
+        },
+        node.mac,
+        node.veth,
+        node.console().display()
+    ));
+    Ok(())
 }
 
 /// Starts a node's supervisor (detached) and returns it and init, once init's PID is known.
@@ -878,8 +1137,15 @@ fn manifest_daemons(text: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The cluster's own talosconfig, in its directory: the credentials `create` made, with which
+/// the states of VM nodes are read through their apid.
+pub const OWN_TALOSCONFIG: &str = "talosconfig";
+
 /// The node's state: init alive, every daemon of the manifest healthy, its address observed.
 pub async fn node_state(cluster: &Cluster, node: &Node) -> NodeState {
+    if node.is_vm() {
+        return vm_state(cluster, node).await;
+    }
     let (Some(init_sock), Some(state_sock)) = (
         node.path_in_node(crate::services::DEFAULT_INIT_SOCKET),
         node.path_in_node(crate::DEFAULT_SOCKET),
@@ -928,6 +1194,66 @@ pub async fn node_state(cluster: &Cluster, node: &Node) -> NodeState {
     {
         Ok(Ok(_)) => NodeState::Ready,
         _ => NodeState::Running,
+    }
+}
+
+/// A VM node's state, through its published apid: qemu runs (booting); apid answers
+/// ServiceList over the node's own address (so the node has its DHCP address) and every daemon
+/// of the manifest is healthy (ready), or not yet (running).
+async fn vm_state(cluster: &Cluster, node: &Node) -> NodeState {
+    if node.current_init().is_none() {
+        return NodeState::Stopped;
+    }
+    let Some(port) = node.api_port else {
+        return NodeState::Booting;
+    };
+    let Ok(tc) = TalosConfig::load(&cluster.dir.join(OWN_TALOSCONFIG)) else {
+        return NodeState::Booting;
+    };
+    let Some(ctx) = tc.contexts.get(&cluster.name) else {
+        return NodeState::Booting;
+    };
+    let Ok(config) = crate::api::client_config(&cluster.name, &ctx.ca, &ctx.crt, &ctx.key) else {
+        return NodeState::Booting;
+    };
+    let daemons = manifest_daemons(
+        &std::fs::read_to_string(
+            cluster
+                .dir
+                .join("image")
+                .join(launch::NODE_MANIFEST.trim_start_matches('/')),
+        )
+        .unwrap_or_default(),
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(channel) = machinery::tls::channel(
+        addr,
+        "127.0.0.1",
+        std::sync::Arc::new(config),
+        Duration::from_secs(2),
+    ) else {
+        return NodeState::Booting;
+    };
+    let mut api = proto::machine::machine_service_client::MachineServiceClient::new(channel);
+    let Ok(Ok(list)) = tokio::time::timeout(Duration::from_secs(3), api.service_list(())).await
+    else {
+        return NodeState::Booting;
+    };
+    let services: Vec<proto::machine::ServiceInfo> = list
+        .into_inner()
+        .messages
+        .into_iter()
+        .flat_map(|m| m.services)
+        .collect();
+    let healthy = |d: &String| {
+        services
+            .iter()
+            .any(|s| &s.id == d && s.health.as_ref().is_some_and(|h| h.healthy))
+    };
+    if !daemons.is_empty() && daemons.iter().all(healthy) {
+        NodeState::Ready
+    } else {
+        NodeState::Running
     }
 }
 

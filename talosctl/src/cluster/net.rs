@@ -138,6 +138,23 @@ pub fn veth_add(
     Ok(())
 }
 
+/// Adds a tap `name` for a VM into `bridge` of the cluster's namespace, up (qemu opens it by
+/// name).
+pub fn tap_add(cluster_netns: &str, bridge: &str, name: &str) -> anyhow::Result<()> {
+    ip(&["-n", cluster_netns, "tuntap", "add", name, "mode", "tap"])?;
+    ip(&[
+        "-n",
+        cluster_netns,
+        "link",
+        "set",
+        name,
+        "master",
+        bridge,
+        "up",
+    ])?;
+    Ok(())
+}
+
 /// The IPv4 network of a CIDR: (network address, prefix length).
 pub fn parse_cidr(cidr: &str) -> anyhow::Result<(Ipv4Addr, u8)> {
     let (addr, prefix) = cidr

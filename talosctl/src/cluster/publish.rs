@@ -35,9 +35,10 @@ pub fn bind(port: u16) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot publish the node's API on 127.0.0.1:{port}"))
 }
 
-/// Relays every connection of `listener` to apid in the network namespace at `netns`
-/// (`/run/netns/<name>`), forever (until the process ends).
-pub fn relay(listener: TcpListener, netns: PathBuf) {
+/// Relays every connection of `listener` to `target` as seen from the network namespace at
+/// `netns` (`/run/netns/<name>`): a node's own apid (`127.0.0.1:50000` in the node's
+/// namespace) or a VM's (`<ip>:50000` from the cluster's), forever (until the process ends).
+pub fn relay(listener: TcpListener, netns: PathBuf, target: SocketAddr) {
     let open = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         let client = match conn {
@@ -59,7 +60,7 @@ pub fn relay(listener: TcpListener, netns: PathBuf) {
         let spawned = std::thread::Builder::new()
             .name("api-relay".into())
             .spawn(move || {
-                if let Err(e) = relay_one(client, &netns) {
+                if let Err(e) = relay_one(client, &netns, target) {
                     eprintln!("talosctl node-supervise: API relay: {e:#}");
                 }
                 open.fetch_sub(1, Ordering::SeqCst);
@@ -71,18 +72,17 @@ pub fn relay(listener: TcpListener, netns: PathBuf) {
     }
 }
 
-/// One connection: this thread enters the node's network namespace (threads of the
-/// supervisor are its own, so no other thread moves), connects to apid, and the bytes flow
-/// both ways until either side closes.
-fn relay_one(client: TcpStream, netns: &std::path::Path) -> anyhow::Result<()> {
+/// One connection: this thread enters the network namespace (threads of the supervisor are
+/// their own, so no other thread moves), connects to apid, and the bytes flow both ways until
+/// either side closes.
+fn relay_one(client: TcpStream, netns: &std::path::Path, addr: SocketAddr) -> anyhow::Result<()> {
     let ns =
         std::fs::File::open(netns).with_context(|| format!("cannot open {}", netns.display()))?;
     nix::sched::setns(&ns, CloneFlags::CLONE_NEWNET)
         .map_err(|e| anyhow::anyhow!("cannot enter the node's network namespace: {e}"))?;
     drop(ns);
-    let addr = SocketAddr::from(([127, 0, 0, 1], API_PORT));
     let server = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .with_context(|| format!("apid does not accept connections on {addr} in the node"))?;
+        .with_context(|| format!("apid does not accept connections on {addr}"))?;
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (c2, s2) = (client.try_clone()?, server.try_clone()?);

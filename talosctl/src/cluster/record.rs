@@ -49,21 +49,24 @@ pub struct Node {
     pub prefix: u8,
     /// The MAC address of its `eth0`.
     pub mac: String,
-    /// Its named network namespace (`ip netns`).
+    /// Its named network namespace (`ip netns`); a VM's is the cluster's.
     pub netns: String,
-    /// The host side of its veth, in the cluster's network namespace.
+    /// The host side of its link, in the cluster's network namespace: a veth, or a VM's tap.
     pub veth: String,
     /// Its directory: config, overlay upper/work/root, console log.
     pub dir: PathBuf,
     /// The supervisor process on the host (waits for init; PID 1's parent).
     #[serde(default)]
     pub supervisor: Option<Proc>,
-    /// init, PID 1 of the node, as the host sees it.
+    /// init, PID 1 of the node, as the host sees it; a VM's qemu process.
     #[serde(default)]
     pub init: Option<Proc>,
     /// The port of the host's 127.0.0.1 where its apid is published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_port: Option<u16>,
+    /// A VM node's disk image (`--provisioner qemu`); none for a node in namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<PathBuf>,
 }
 
 impl Node {
@@ -72,14 +75,23 @@ impl Node {
         self.dir.join("root")
     }
 
-    /// init's console output.
+    /// init's console output (a VM's serial console).
     pub fn console(&self) -> PathBuf {
         self.dir.join("console.log")
     }
 
+    /// Whether the node is a VM (its [`Node::init`] is then its qemu process).
+    pub fn is_vm(&self) -> bool {
+        self.disk.is_some()
+    }
+
     /// A path of the node's filesystem as reachable from the host, through init's root
-    /// (`/proc/<pid>/root/...`), while init runs.
+    /// (`/proc/<pid>/root/...`), while init runs. None for a VM: its files are in its own
+    /// kernel, reached through apid only (qemu's root is the host's).
     pub fn path_in_node(&self, path: &str) -> Option<PathBuf> {
+        if self.is_vm() {
+            return None;
+        }
         let init = self.current_init()?;
         Some(PathBuf::from(format!("/proc/{}/root", init.pid)).join(path.trim_start_matches('/')))
     }
@@ -92,6 +104,10 @@ impl Node {
     pub fn current_init(&self) -> Option<Proc> {
         if let Some(p) = self.init.as_ref().filter(|p| p.alive()) {
             return Some(p.clone());
+        }
+        if self.is_vm() {
+            // A VM's qemu is not started again by its supervisor (the guest's reboot resets it).
+            return None;
         }
         let sup = self.supervisor.as_ref().filter(|p| p.alive())?;
         let text = std::fs::read_to_string(self.dir.join(super::launch::INIT_PID_FILE)).ok()?;
@@ -219,12 +235,36 @@ pub enum Object {
     },
 }
 
+/// How a cluster's nodes run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Provisioner {
+    /// init as PID 1 of Linux namespaces on this host (the host's kernel).
+    #[default]
+    Container,
+    /// VMs under qemu, each with its own kernel.
+    Qemu,
+}
+
+impl Provisioner {
+    /// `container` or `qemu`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provisioner::Container => "container",
+            Provisioner::Qemu => "qemu",
+        }
+    }
+}
+
 /// The record of a cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Cluster {
     /// Its name.
     pub name: String,
+    /// How its nodes run.
+    #[serde(default)]
+    pub provisioner: Provisioner,
     /// Its directory.
     pub dir: PathBuf,
     /// The network (`10.5.0.0/24`).
@@ -320,6 +360,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let mut c = Cluster {
             name: "x".into(),
+            provisioner: Provisioner::Container,
             dir: dir.clone(),
             cidr: "10.5.0.0/24".into(),
             gateway: "10.5.0.1".into(),
