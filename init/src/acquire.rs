@@ -6,7 +6,9 @@
 //! Plain `http://` only: an `https://` URL needs roots of trust an initramfs does not carry
 //! here, and is reported as not supported rather than fetched without verification. The
 //! answer is bounded ([`MAX_CONFIG`]), and so is each attempt ([`ATTEMPT`]); a failed attempt
-//! is an error of the cycle, retried with the runtime's backoff until one succeeds.
+//! retried until one succeeds: at once when the node's addresses change (the usual first
+//! failure is a network not up yet), else after [`RETRY_UNREACHABLE`] or, for an answer that
+//! was not a usable configuration, [`RETRY_REFUSED`]. Each new kind of failure is logged once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,10 @@ use crate::apply::Applier;
 pub const MAX_CONFIG: usize = 1 << 20;
 /// How long one attempt (connect, request, the whole body) may take.
 pub const ATTEMPT: Duration = Duration::from_secs(15);
+/// The next attempt after the server could not be reached (or an address change, sooner).
+pub const RETRY_UNREACHABLE: Duration = Duration::from_secs(1);
+/// The next attempt after an answer that was not a configuration the node takes.
+pub const RETRY_REFUSED: Duration = Duration::from_secs(10);
 
 /// Errors of fetching a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +137,28 @@ pub struct AcquireController {
     pub url: String,
     /// The node's config writer.
     pub applier: Arc<Applier>,
+    /// The last failure logged.
+    pub last_failure: Option<String>,
+}
+
+impl AcquireController {
+    /// The controller for `url`.
+    pub fn new(url: String, applier: Arc<Applier>) -> Self {
+        Self {
+            url,
+            applier,
+            last_failure: None,
+        }
+    }
+
+    fn failed(&mut self, message: String, retry: Duration) -> Action {
+        // Logged when the failure changes, not at every retry.
+        if self.last_failure.as_deref() != Some(message.as_str()) {
+            tracing::warn!(retry_in = ?retry, "cannot take the configuration yet: {message}");
+            self.last_failure = Some(message);
+        }
+        Action::RequeueAfter(retry)
+    }
 }
 
 impl Controller for AcquireController {
@@ -139,7 +167,14 @@ impl Controller for AcquireController {
     }
 
     fn inputs(&self) -> Vec<Input> {
-        vec![Input::weak::<MachineConfigSpec>(NAMESPACE).with_id(ACTIVE_ID)]
+        // The node's addresses: an attempt that failed for want of a network is made again as
+        // soon as an address appears, not after the backoff.
+        vec![
+            Input::weak::<MachineConfigSpec>(NAMESPACE).with_id(ACTIVE_ID),
+            Input::weak::<machinery::resources::network::AddressStatusSpec>(
+                machinery::resources::network::NAMESPACE,
+            ),
+        ]
     }
 
     fn outputs(&self) -> Vec<Output> {
@@ -154,9 +189,13 @@ impl Controller for AcquireController {
         {
             return Ok(Action::AwaitChange);
         }
-        let data = fetch(&self.url)
-            .await
-            .map_err(|e| ReconcileError::other(e.to_string()))?;
+        let data = match fetch(&self.url).await {
+            Ok(d) => d,
+            Err(e @ FetchError::Exchange { .. }) => {
+                return Ok(self.failed(e.to_string(), RETRY_UNREACHABLE))
+            }
+            Err(e) => return Ok(self.failed(e.to_string(), RETRY_REFUSED)),
+        };
         let len = data.len();
         let request = proto::init::ApplyRequest {
             data,
@@ -171,11 +210,14 @@ impl Controller for AcquireController {
             }
             // A configuration appeared meanwhile (applied through the maintenance API): done.
             Err(s) if s.code() == tonic::Code::PermissionDenied => Ok(Action::AwaitChange),
-            Err(s) => Err(ReconcileError::other(format!(
-                "the configuration of talos.config={} was not applied: {}",
-                self.url,
-                s.message()
-            ))),
+            Err(s) => {
+                let message = format!(
+                    "the configuration of talos.config={} was not applied: {}",
+                    self.url,
+                    s.message()
+                );
+                Ok(self.failed(message, RETRY_REFUSED))
+            }
         }
     }
 }

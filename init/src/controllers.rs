@@ -50,6 +50,9 @@ pub struct StatusController {
     pub cmdline: String,
     /// Whether the task that turns the supervisor's changes into wake-ups runs.
     pub forwarding: bool,
+    /// Whether the first time every daemon was ready has been logged (with the time since
+    /// the kernel started: a VM's boot time, read against the kernel's own log).
+    pub ready_logged: bool,
 }
 
 impl Controller for StatusController {
@@ -103,6 +106,17 @@ impl Controller for StatusController {
         }
         let mut machine = self.machine.borrow().clone();
         machine.ready = unmet.is_empty();
+        if machine.ready && !self.ready_logged {
+            self.ready_logged = true;
+            let uptime = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+                .map(|t| std::time::Duration::from(t).as_secs_f64())
+                .unwrap_or_default();
+            tracing::info!(
+                daemons = self.daemons.len(),
+                uptime = format_args!("{uptime:.3}s"),
+                "every daemon is ready"
+            );
+        }
         machine.unmet = unmet;
         ctx.apply(Resource::new(NAMESPACE, MACHINE_STATUS_ID, machine))
             .await?;
@@ -412,25 +426,24 @@ impl Controller for KernelModuleConfigController {
 /// never unloaded (as upstream). A module that cannot be loaded is an error of the cycle
 /// (every other one is still loaded), retried with backoff.
 pub struct KernelModuleSpecController {
+    /// The image's boot modules, loaded first and in their files' order (the NIC's and the
+    /// disk's drivers come first there); the others after, by name.
+    pub first: Vec<String>,
     /// The image's module index, once read.
-    index: Option<crate::kmod::ModuleIndex>,
+    index: Option<Arc<crate::kmod::ModuleIndex>>,
     /// Modules loaded (or found loaded) already.
     done: BTreeSet<String>,
 }
 
 impl KernelModuleSpecController {
-    /// A controller that reads the running kernel's module index on its first cycle.
-    pub fn new() -> Self {
+    /// A controller that reads the running kernel's module index on its first cycle and loads
+    /// `first` (names) before the others.
+    pub fn new(first: Vec<String>) -> Self {
         Self {
+            first,
             index: None,
             done: BTreeSet::new(),
         }
-    }
-}
-
-impl Default for KernelModuleSpecController {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -451,7 +464,7 @@ impl Controller for KernelModuleSpecController {
         let specs = ctx.list::<KernelModuleSpecSpec>(NAMESPACE).await?;
         if self.index.is_none() {
             match crate::kmod::ModuleIndex::for_running_kernel() {
-                Ok(i) => self.index = Some(i),
+                Ok(i) => self.index = Some(Arc::new(i)),
                 Err(e) => {
                     return Err(ReconcileError::other(format!(
                         "no kernel modules to load from: {}",
@@ -460,22 +473,42 @@ impl Controller for KernelModuleSpecController {
                 }
             }
         }
-        let Some(index) = &self.index else {
+        let Some(index) = self.index.clone() else {
             return Ok(Action::AwaitChange);
         };
+        let rank = |name: &str| {
+            self.first
+                .iter()
+                .position(|f| f == name)
+                .unwrap_or(usize::MAX)
+        };
+        let mut todo: Vec<(String, Vec<String>)> = specs
+            .iter()
+            .filter(|s| s.metadata.phase == Phase::Running && !self.done.contains(&s.spec.name))
+            .map(|s| (s.spec.name.clone(), s.spec.parameters.clone()))
+            .collect();
+        todo.sort_by(|a, b| rank(&a.0).cmp(&rank(&b.0)).then_with(|| a.0.cmp(&b.0)));
+        // finit_module(2) blocks while the module initializes: off the async workers.
+        let results = tokio::task::spawn_blocking(move || {
+            todo.into_iter()
+                .map(|(name, params)| {
+                    let r = index.load(&name, &params);
+                    (name, r)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| ReconcileError::other(format!("module loading ended: {e}")))?;
         let mut failed = Vec::new();
-        for s in specs.iter().filter(|s| s.metadata.phase == Phase::Running) {
-            if self.done.contains(&s.spec.name) {
-                continue;
-            }
-            match index.load(&s.spec.name, &s.spec.parameters) {
+        for (name, r) in results {
+            match r {
                 Ok(loaded) => {
                     if !loaded.is_empty() {
-                        tracing::info!(module = %s.spec.name, loaded = ?loaded, "kernel module loaded");
+                        tracing::info!(module = %name, loaded = ?loaded, "kernel module loaded");
                     }
-                    self.done.insert(s.spec.name.clone());
+                    self.done.insert(name);
                 }
-                Err(e) => failed.push(format!("{}: {}", s.spec.name, cosi::error::Chain(&e))),
+                Err(e) => failed.push(format!("{name}: {}", cosi::error::Chain(&e))),
             }
         }
         if failed.is_empty() {

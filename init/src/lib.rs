@@ -321,6 +321,7 @@ async fn boot(
         daemons: order.clone(),
         cmdline: config.cmdline.clone(),
         forwarding: false,
+        ready_logged: false,
     }));
     register(runtime.register(controllers::ServiceSpecController::new(
         supervisor.clone(),
@@ -330,17 +331,17 @@ async fn boot(
     // Kernel modules: specs always (they say what the configuration asks for), loading and
     // the loaded list only as a VM's PID 1 (a container-mode node shares the host's kernel).
     let vm = config.mode == Mode::Vm;
-    register(runtime.register(controllers::KernelModuleConfigController {
-        boot: if vm {
-            controllers::KernelModuleConfigController::boot_modules(std::path::Path::new(
-                "/usr/lib/modules-load.d",
-            ))
-        } else {
-            Vec::new()
-        },
-    }));
+    let boot_modules = if vm {
+        controllers::KernelModuleConfigController::boot_modules(std::path::Path::new(
+            "/usr/lib/modules-load.d",
+        ))
+    } else {
+        Vec::new()
+    };
+    let first = boot_modules.iter().map(|(n, _)| n.clone()).collect();
+    register(runtime.register(controllers::KernelModuleConfigController { boot: boot_modules }));
     if vm {
-        register(runtime.register(controllers::KernelModuleSpecController::new()));
+        register(runtime.register(controllers::KernelModuleSpecController::new(first)));
         register(runtime.register(controllers::LoadedKernelModuleController));
     }
     // talos.config=http://…: fetched once the network is up (a file path was seeded above).
@@ -348,10 +349,10 @@ async fn boot(
         cmdline_config(&config.cmdline).filter(|u| acquire::is_url(u)),
         &applier,
     ) {
-        register(runtime.register(acquire::AcquireController {
-            url: url.to_string(),
-            applier: applier.clone(),
-        }));
+        register(runtime.register(acquire::AcquireController::new(
+            url.to_string(),
+            applier.clone(),
+        )));
     }
     let redacted = machinery::resources::config::REDACTED_NAMESPACE;
     if manifest.namespaces.iter().any(|n| n.name == redacted) {

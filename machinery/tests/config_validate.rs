@@ -322,3 +322,24 @@ fn node_labels_and_taints_are_checked() {
         "{errs}"
     );
 }
+
+#[test]
+fn kernel_modules_are_said_unapplied_in_container_mode_only() {
+    assert!(CONTROLPLANE.contains("\nmachine:\n"));
+    let text = CONTROLPLANE.replacen(
+        "\nmachine:\n",
+        "\nmachine:\n    kernel:\n        modules:\n            - name: br_netfilter\n",
+        1,
+    );
+    let container = validate(&text, ValidationMode::Container).unwrap();
+    let w = container
+        .iter()
+        .find(|w| w.path == "machine.kernel.modules")
+        .unwrap_or_else(|| panic!("no warning: {container:?}"));
+    assert!(w.message.contains("container mode"), "{w:?}");
+    let metal = validate(&text, ValidationMode::Metal).unwrap();
+    assert!(
+        !metal.iter().any(|w| w.path == "machine.kernel.modules"),
+        "{metal:?}"
+    );
+}

@@ -347,6 +347,13 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         || links_converged(&cluster),
     );
 
+    // The VM's own kernel log, through apid: the handoff to our init, the virtio disk.
+    let dmesg = node_tests::text(&cluster.talosctl(&["dmesg"]));
+    assert!(
+        dmesg.contains("Run /init as init process") && dmesg.contains("virtio_blk"),
+        "{dmesg}"
+    );
+
     // The configuration server answers the node only: from the bridge's own address (another
     // party on the cluster network) the connection is dropped, token or not.
     let console = std::fs::read_to_string(

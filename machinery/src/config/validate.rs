@@ -223,6 +223,19 @@ fn validate_config(config: &Config, mode: ValidationMode, r: &mut Report) {
     validate_misc(machine, r);
     // Valid upstream, but not applied here: said, never ignored silently.
     r.warnings.extend(super::unapplied::unapplied(config));
+    // A node in namespaces shares the host's kernel: its modules are the host's business.
+    if mode == ValidationMode::Container {
+        if let Some(k) = machine.kernel.as_ref().filter(|k| !k.modules.is_empty()) {
+            r.warn(
+                "machine.kernel.modules",
+                format!(
+                    "not applied by talos-rs in container mode: a node in namespaces shares the \
+                     host's kernel, so its {} module(s) are not loaded (a VM node loads them)",
+                    k.modules.len()
+                ),
+            );
+        }
+    }
 }
 
 fn validate_machine_ca(
