@@ -38,11 +38,11 @@ if [ "${ROOTFS_STATIC:-1}" != 0 ]; then
 	var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_RUSTFLAGS"
 	static=("$var=${!var:-} -C target-feature=+crt-static --cfg getrandom_backend=\"linux_getrandom\"")
 fi
-echo "rootfs: building init, stated, networkd, secretsd, trustd, apid, talosctl and mkrootfs for $triple (profile image${static:+, static})" >&2
+echo "rootfs: building init, stated, networkd, blockd, secretsd, trustd, apid, talosctl and mkrootfs for $triple (profile image${static:+, static})" >&2
 # Only these programs (`--bin`): init's test daemon, init-testd, is not part of the image.
 env "${static[@]}" cargo build --locked --profile image --target "$triple" \
-	-p init -p stated -p networkd -p secretsd -p trustd -p apid -p talosctl -p rootfs \
-	--bin init --bin stated --bin networkd --bin secretsd --bin trustd --bin apid \
+	-p init -p stated -p networkd -p blockd -p secretsd -p trustd -p apid -p talosctl -p rootfs \
+	--bin init --bin stated --bin networkd --bin blockd --bin secretsd --bin trustd --bin apid \
 	--bin talosctl --bin mkrootfs
 bin="target/$triple/image"
 # A kernel for VM nodes (rootfs/kernel.sh) when there is one: its boot modules go into the

@@ -16,6 +16,10 @@ packages=(
   curl          # a gRPC client that is not ours: the cluster tests call apid with the talosconfig
   qemu-system-x86  # VM nodes: Debian's stock kernel under qemu (the VM test, TCG)
   kmod          # depmod: rootfs/kernel.sh indexes the kernel's modules for the image
+  e2fsprogs     # blockd's tests: ext4 (mkfs.ext4)
+  xfsprogs      # blockd's tests: real xfs filesystems to probe (mkfs.xfs)
+  dosfstools    # blockd's tests: vfat (mkfs.vfat)
+  fdisk         # blockd's tests: GPTs made by sfdisk
 )
 
 missing=()

@@ -11,6 +11,7 @@
 //! - `runtime.KernelModuleConfigController`, `runtime.KernelModuleSpecController`,
 //!   `runtime.LoadedKernelModuleController`: the node's kernel modules (the image's boot
 //!   modules and `machine.kernel.modules`), loaded in a VM, and what the kernel has loaded.
+//! - `runtime.BlockDeviceAccessController`: a VM's block device nodes readable by blockd.
 //! - `config.RedactController`: every `MachineConfig` of `config` copied to `config-redacted`
 //!   with its secrets redacted ([`machinery::config::Config::redact`]): what networkd (and
 //!   every daemon but the key holders) reads, so that no key leaves `config`.
@@ -551,5 +552,77 @@ impl Controller for LoadedKernelModuleController {
         // The spec controller loads in the same cycle as the specs appear: look again shortly
         // after, then at the resync pace.
         Ok(Action::RequeueAfter(std::time::Duration::from_secs(2)))
+    }
+}
+
+/// How often [`BlockDeviceAccessController`] looks for new block devices.
+pub const DEVICE_RESYNC: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `runtime.BlockDeviceAccessController` (a VM's init only): gives blockd read access to the
+/// block device nodes (`root:<blockd's gid>`, mode 0640), as udev gives them to its `disk`
+/// group: blockd needs no capability to probe them, and no other daemon can read them. Nodes
+/// that appear later (a disk attached, partitions re-read) are given it within
+/// [`DEVICE_RESYNC`]. Only block devices are touched, never through a symlink.
+pub struct BlockDeviceAccessController {
+    /// blockd's gid.
+    pub gid: u32,
+    /// `/sys/class/block`.
+    pub sys_class_block: PathBuf,
+    /// `/dev`.
+    pub dev: PathBuf,
+}
+
+impl Controller for BlockDeviceAccessController {
+    fn name(&self) -> &'static str {
+        "runtime.BlockDeviceAccessController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        Vec::new()
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        Vec::new()
+    }
+
+    async fn reconcile(&mut self, _ctx: &mut Context) -> Result<Action, ReconcileError> {
+        use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
+        let names: Vec<String> = std::fs::read_dir(&self.sys_class_block)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut failed = Vec::new();
+        for name in names {
+            if name.contains('/') || name.starts_with('.') {
+                continue;
+            }
+            let path = self.dev.join(&name);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if !meta.file_type().is_block_device() {
+                continue;
+            }
+            if meta.gid() == self.gid && meta.permissions().mode() & 0o7777 == 0o640 {
+                continue;
+            }
+            let result = std::os::unix::fs::lchown(&path, None, Some(self.gid)).and_then(|()| {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640))
+            });
+            match result {
+                Ok(()) => tracing::debug!(device = %path.display(), "readable by blockd"),
+                Err(e) => failed.push(format!("{}: {e}", path.display())),
+            }
+        }
+        if !failed.is_empty() {
+            return Err(ReconcileError::other(format!(
+                "cannot give blockd its devices: {}",
+                failed.join("; ")
+            )));
+        }
+        Ok(Action::RequeueAfter(DEVICE_RESYNC))
     }
 }

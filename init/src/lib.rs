@@ -341,6 +341,13 @@ async fn boot(
     let first = boot_modules.iter().map(|(n, _)| n.clone()).collect();
     register(runtime.register(controllers::KernelModuleConfigController { boot: boot_modules }));
     if vm {
+        if let Some(blockd) = manifest.daemons.iter().find(|d| d.name == "blockd") {
+            register(runtime.register(controllers::BlockDeviceAccessController {
+                gid: blockd.gid,
+                sys_class_block: PathBuf::from("/sys/class/block"),
+                dev: PathBuf::from("/dev"),
+            }));
+        }
         register(runtime.register(controllers::KernelModuleSpecController::new(first)));
         register(runtime.register(controllers::LoadedKernelModuleController));
     }

@@ -152,6 +152,7 @@ pub const BINARIES: &[&str] = &[
     "init",
     "stated",
     "networkd",
+    "blockd",
     "secretsd",
     "trustd",
     "apid",

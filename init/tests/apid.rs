@@ -67,8 +67,11 @@ async fn control_plane() -> (Bundle, Node) {
     let node = Node::builder()
         .config(&support::control_plane(&bundle, "tap1", "172.20.97.2"))
         .start();
-    node.wait_healthy(&["stated", "networkd", "secretsd", "trustd", "apid"], T)
-        .await;
+    node.wait_healthy(
+        &["stated", "networkd", "blockd", "secretsd", "trustd", "apid"],
+        T,
+    )
+    .await;
     node.in_netns(&[
         "ip", "link", "add", "tap0", "type", "veth", "peer", "name", "tap1",
     ]);

@@ -25,7 +25,7 @@ use tonic::Code;
 
 const T: Duration = Duration::from_secs(60);
 const API: &str = "127.0.0.1:50000";
-const DAEMONS: &[&str] = &["stated", "networkd", "secretsd", "trustd", "apid"];
+const DAEMONS: &[&str] = &["stated", "networkd", "blockd", "secretsd", "trustd", "apid"];
 
 fn channel(node: &Node, bundle: &Bundle, role: &str) -> Channel {
     let c = bundle

@@ -103,6 +103,7 @@ fn no_two_owners_define_the_same_name() {
         ("init", init_defs),
         ("networkd", networkd::run::definitions()),
         ("secretsd", machinery::resources::secrets::definitions()),
+        ("blockd", machinery::resources::block::definitions()),
     ];
     for (i, (a, defs_a)) in owners.iter().enumerate() {
         for (b, defs_b) in &owners[i + 1..] {

@@ -150,7 +150,9 @@ async fn every_thread_of_every_daemon_has_its_uid_exactly_its_capabilities_nnp_a
         },
     )
     .unwrap();
-    let names = ["stated", "networkd", "secretsd", "trustd", "apid", "test-a"];
+    let names = [
+        "stated", "networkd", "blockd", "secretsd", "trustd", "apid", "test-a",
+    ];
     let list = node.wait_healthy(&names, T).await;
     for name in names {
         let d = manifest.daemon(name).unwrap();
@@ -223,7 +225,9 @@ async fn kill_9_of_each_daemon_restarts_it_and_the_node_converges_with_nothing_l
         .config(&config_with_address())
         .daemon(testd("test-a", 1100, "test-a"))
         .start();
-    let names = ["stated", "networkd", "secretsd", "trustd", "apid", "test-a"];
+    let names = [
+        "stated", "networkd", "blockd", "secretsd", "trustd", "apid", "test-a",
+    ];
     node.wait_healthy(&names, T).await;
     let namespaces = ["config", "network-config", "network", "secrets", "test-a"];
     let before = converged(&node, &namespaces).await;

@@ -126,6 +126,13 @@ SECRETSD = STARTUP + RUNTIME + [
     call("shutdown", "closing the connection to stated"), call("getpeername"), call("getsockname"),
 ]
 
+# blockd: a stated client that reads sysfs and the first blocks of the disks (read-only).
+BLOCKD = SECRETSD + [
+    call("getdents64", "listing /sys/block and a disk's partitions"),
+    call("flock", "a shared lock on a disk while it is probed (writers take it exclusive)"),
+    call("readlinkat", "sysfs links (a disk's device directory)"),
+]
+
 # trustd: a stated client and a TLS server on TCP 50001; on a worker, a TLS client of a control
 # plane's trustd (landlock allows binding and connecting to that port only).
 TRUSTD = STARTUP + RUNTIME + [
@@ -171,7 +178,7 @@ TESTD = STARTUP + RUNTIME + [
 ]
 
 here = os.path.dirname(os.path.abspath(__file__))
-for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("trustd", TRUSTD), ("apid", APID), ("service", SERVICE), ("testd", TESTD)]:
+for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("blockd", BLOCKD), ("trustd", TRUSTD), ("apid", APID), ("service", SERVICE), ("testd", TESTD)]:
     path = os.path.join(here, "x86_64", f"{name}.json")
     with open(path, "w") as f:
         json.dump(profile(name, calls), f, indent=1)

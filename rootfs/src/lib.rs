@@ -33,7 +33,9 @@ pub mod cpio;
 pub mod elf;
 
 /// The programs of the image, installed in `/usr/bin`.
-pub const PROGRAMS: &[&str] = &["init", "stated", "networkd", "secretsd", "trustd", "apid"];
+pub const PROGRAMS: &[&str] = &[
+    "init", "stated", "networkd", "blockd", "secretsd", "trustd", "apid",
+];
 
 /// Seccomp profiles that are not shipped (test daemons only).
 const TEST_PROFILES: &[&str] = &["testd"];

@@ -96,8 +96,11 @@ async fn a_node_without_config_serves_the_maintenance_api_until_insecure_apply_c
     }
     let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
     let node = Node::builder().start();
-    node.wait_healthy(&["stated", "networkd", "secretsd", "trustd", "apid"], T)
-        .await;
+    node.wait_healthy(
+        &["stated", "networkd", "blockd", "secretsd", "trustd", "apid"],
+        T,
+    )
+    .await;
     let end = Instant::now() + T;
     while stage(&node).await != Some(MachineStage::Maintenance) {
         assert!(Instant::now() < end, "stage {:?}", stage(&node).await);

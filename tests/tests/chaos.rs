@@ -55,7 +55,7 @@ use node_tests::{
 };
 
 /// The daemons the chaos kills.
-const DAEMONS: [&str; 5] = ["stated", "networkd", "secretsd", "trustd", "apid"];
+const DAEMONS: [&str; 6] = ["stated", "networkd", "blockd", "secretsd", "trustd", "apid"];
 /// How long the chaos lasts unless `TALOS_CHAOS_SECONDS` says otherwise.
 const DEFAULT_CHAOS: Duration = Duration::from_secs(60);
 /// How long the cluster has to converge once the chaos stopped.

@@ -104,6 +104,18 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         dnsmasq_log,
     );
 
+    // A disk as an installer would leave it: a GPT with STATE (xfs) and EPHEMERAL (blank).
+    let disk = dir.path().join("disk.raw");
+    let have_disk_tools = ["sfdisk", "mkfs.xfs"].iter().all(|p| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+    });
+    if !have_disk_tools {
+        testkit::skip("sfdisk or mkfs.xfs is not installed (scripts/install-deps.sh)");
+        return;
+    }
+    make_disk(&disk);
+
     let console = dir.path().join("console.log");
     let _print = Console(console.clone());
     let qemu_log = dir.path().join("qemu.log");
@@ -118,6 +130,8 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
             .arg("-initrd")
             .arg(&initramfs)
             .args(["-append", "console=ttyS0 panic=-1"])
+            .arg("-drive")
+            .arg(format!("file={},format=raw,if=virtio", disk.display()))
             .args(["-display", "none", "-monitor", "none", "-no-reboot"])
             .arg("-serial")
             .arg(format!("file:{}", console.display()))
@@ -203,6 +217,110 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     assert!(addresses.contains(&ip), "{addresses}");
     let log = std::fs::read_to_string(&console).unwrap_or_default();
     assert!(log.contains("kernel module loaded"), "console: {log}");
+
+    // blockd: the virtio disk, and what is on it, probed in the VM (through the group init
+    // gave the device nodes).
+    let disks = wait_for("the disk", Duration::from_secs(60), || {
+        let out = talosctl_in(&ns, &["get", "disks", "--insecure", "-n", &ip]).ok()?;
+        out.lines()
+            .any(|l| l.split_whitespace().nth(3) == Some("vda"))
+            .then_some(out)
+    });
+    assert!(
+        disks.contains("1.1 GB") && disks.contains("virtio"),
+        "{disks}"
+    );
+    let volumes = wait_for("the discovered volumes", Duration::from_secs(60), || {
+        let out = talosctl_in(
+            &ns,
+            &[
+                "get",
+                "discoveredvolumes",
+                "--insecure",
+                "-n",
+                &ip,
+                "-o",
+                "json",
+            ],
+        )
+        .ok()?;
+        let v: std::collections::BTreeMap<String, serde_json::Value> =
+            serde_json::Deserializer::from_str(&out)
+                .into_iter::<serde_json::Value>()
+                .filter_map(Result::ok)
+                .filter_map(|v| {
+                    Some((v["metadata"]["id"].as_str()?.to_string(), v["spec"].clone()))
+                })
+                .collect();
+        (v.len() == 3).then_some(v)
+    });
+    assert_eq!(volumes["vda"]["name"], "gpt", "{volumes:?}");
+    assert_eq!(volumes["vda1"]["name"], "xfs", "{volumes:?}");
+    assert_eq!(volumes["vda1"]["label"], "STATE", "{volumes:?}");
+    assert_eq!(volumes["vda1"]["partitionLabel"], "STATE", "{volumes:?}");
+    assert!(
+        volumes["vda1"]["devicePath"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("/sys/devices/")),
+        "the VM's kernel knows the partition: {volumes:?}"
+    );
+    assert_eq!(volumes["vda2"]["name"], "", "{volumes:?}");
+    assert_eq!(
+        volumes["vda2"]["partitionLabel"], "EPHEMERAL",
+        "{volumes:?}"
+    );
+    // The same UUID blkid reads on the host from the image.
+    let blkid = Command::new("blkid")
+        .args(["-p", "-o", "value", "-s", "UUID", "-O", "1048576"])
+        .arg(&disk)
+        .output()
+        .unwrap();
+    assert_eq!(
+        volumes["vda1"]["uuid"].as_str().unwrap_or_default(),
+        String::from_utf8_lossy(&blkid.stdout).trim()
+    );
+}
+
+/// A 1 GiB disk image: a GPT (sfdisk) with STATE (400 MiB from 1 MiB, xfs made by mkfs.xfs)
+/// and EPHEMERAL (the rest, blank).
+fn make_disk(path: &Path) {
+    std::fs::File::create(path)
+        .unwrap()
+        .set_len(1024 * 1024 * 1024)
+        .unwrap();
+    let mut sfdisk = Command::new("sfdisk")
+        .args(["-q", "--label", "gpt"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    sfdisk
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"start=2048, size=400MiB, name=STATE\nname=EPHEMERAL\n")
+        .unwrap();
+    assert!(sfdisk.wait().unwrap().success());
+    let fs = path.with_extension("state");
+    std::fs::File::create(&fs)
+        .unwrap()
+        .set_len(400 * 1024 * 1024)
+        .unwrap();
+    assert!(Command::new("mkfs.xfs")
+        .args(["-q", "-L", "STATE"])
+        .arg(&fs)
+        .status()
+        .unwrap()
+        .success());
+    assert!(Command::new("dd")
+        .arg(format!("if={}", fs.display()))
+        .arg(format!("of={}", path.display()))
+        .args(["bs=1M", "seek=1", "conv=sparse,notrunc", "status=none"])
+        .status()
+        .unwrap()
+        .success());
+    std::fs::remove_file(&fs).unwrap();
 }
 
 /// The links a VM node's config asks for: a VLAN on the virtio NIC, a dummy with an address,
@@ -346,6 +464,18 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         Duration::from_secs(60),
         || links_converged(&cluster),
     );
+
+    // blockd: the VM's blank virtio disk.
+    let disks = wait_for("the VM's disk", Duration::from_secs(60), || {
+        let out = node_tests::text(&cluster.talosctl(&["get", "disks"]));
+        out.lines()
+            .any(|l| l.split_whitespace().nth(3) == Some("vda"))
+            .then_some(out)
+    });
+    assert!(disks.contains("2.1 GB"), "{disks}");
+    let dv =
+        node_tests::text(&cluster.talosctl(&["get", "discoveredvolumes", "vda", "-o", "yaml"]));
+    assert!(dv.contains("type: disk") && dv.contains("name: ''"), "{dv}");
 
     // The VM's own kernel log, through apid: the handoff to our init, the virtio disk.
     let dmesg = node_tests::text(&cluster.talosctl(&["dmesg"]));

@@ -2,6 +2,7 @@
 //! names, IDs and aliases follow Talos.
 
 pub mod apid;
+pub mod block;
 pub mod config;
 pub mod network;
 pub mod runtime;
@@ -15,6 +16,7 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     use cosi::ResourceSpec;
     let mut defs = vec![config::MachineConfigSpec::definition()];
     defs.extend(runtime::definitions());
+    defs.extend(block::definitions());
     defs.extend(network::definitions());
     defs.extend(secrets::definitions());
     defs.extend(trustd::definitions());

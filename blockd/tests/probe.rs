@@ -1,0 +1,399 @@
+//! Probing real filesystems and partition tables made by the real tools (mkfs.xfs, mkfs.ext4,
+//! mkfs.vfat, mkswap, sfdisk), checked against what blkid (util-linux) reads from the same
+//! bytes; then blockd's controllers on a real loop device with its partitions (root only),
+//! against a real stated.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use blockd::probe::{probe, superblock, Found};
+
+const MIB: u64 = 1024 * 1024;
+
+fn have(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+fn tools() -> bool {
+    for p in [
+        "mkfs.xfs",
+        "mkfs.ext4",
+        "mkfs.vfat",
+        "mkswap",
+        "sfdisk",
+        "blkid",
+    ] {
+        if !have(p) {
+            testkit::skip(&format!(
+                "{p} is not installed (scripts/install-deps.sh: xfsprogs, e2fsprogs, dosfstools, fdisk, util-linux)"
+            ));
+            return false;
+        }
+    }
+    true
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn sparse(path: &Path, size: u64) {
+    std::fs::File::create(path).unwrap().set_len(size).unwrap();
+}
+
+/// `blkid -p -o export [-O offset] file` as a map.
+fn blkid(path: &Path, offset: u64) -> BTreeMap<String, String> {
+    let out = Command::new("blkid")
+        .args(["-p", "-o", "export", "-O", &offset.to_string()])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+fn assert_same_as_blkid(found: &Found, path: &Path, offset: u64) {
+    let b = blkid(path, offset);
+    let name = match b.get("TYPE").map(String::as_str) {
+        Some("ext2" | "ext3" | "ext4") => found.name.clone(),
+        Some(t) => t.to_string(),
+        None => String::new(),
+    };
+    assert_eq!(
+        found.name,
+        name,
+        "type of {} at {offset}: blkid {b:?}",
+        path.display()
+    );
+    assert_eq!(Some(&found.uuid), b.get("UUID"), "uuid: blkid {b:?}");
+    assert_eq!(
+        found.label,
+        b.get("LABEL").cloned().unwrap_or_default(),
+        "label: blkid {b:?}"
+    );
+    if let Some(bs) = b.get("BLOCK_SIZE") {
+        assert_eq!(
+            found.filesystem_block_size.to_string(),
+            *bs,
+            "block size: blkid {b:?}"
+        );
+    }
+}
+
+fn probe_file(path: &Path) -> Found {
+    probe(path, 512).unwrap_or_else(|e| panic!("probe {}: {e}", path.display()))
+}
+
+#[test]
+fn filesystems_read_as_blkid_reads_them() {
+    if !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let xfs = d.path().join("xfs.img");
+    sparse(&xfs, 320 * MIB);
+    run(Command::new("mkfs.xfs")
+        .args(["-q", "-L", "STATE"])
+        .arg(&xfs));
+    let ext4 = d.path().join("ext4.img");
+    sparse(&ext4, 64 * MIB);
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "data"])
+        .arg(&ext4));
+    let vfat = d.path().join("vfat.img");
+    sparse(&vfat, 64 * MIB);
+    run(Command::new("mkfs.vfat")
+        .args(["-F", "32", "-n", "EFI"])
+        .arg(&vfat));
+    let swap = d.path().join("swap.img");
+    sparse(&swap, 16 * MIB);
+    run(Command::new("mkswap").args(["-L", "sw"]).arg(&swap));
+    let blank = d.path().join("blank.img");
+    sparse(&blank, 16 * MIB);
+
+    let f = probe_file(&xfs);
+    assert_eq!((f.name.as_str(), f.label.as_str()), ("xfs", "STATE"));
+    assert_eq!(f.block_size, 4096);
+    assert!(
+        f.probed_size > 300 * MIB && f.probed_size <= 320 * MIB,
+        "{f:?}"
+    );
+    assert_same_as_blkid(&f, &xfs, 0);
+
+    let f = probe_file(&ext4);
+    assert_eq!((f.name.as_str(), f.label.as_str()), ("ext4", "data"));
+    assert_eq!(f.probed_size, 64 * MIB);
+    assert_same_as_blkid(&f, &ext4, 0);
+
+    let f = probe_file(&vfat);
+    assert_eq!((f.name.as_str(), f.label.as_str()), ("vfat", "EFI"));
+    assert_same_as_blkid(&f, &vfat, 0);
+
+    let f = probe_file(&swap);
+    assert_eq!((f.name.as_str(), f.label.as_str()), ("swap", "sw"));
+    assert_eq!(f.probed_size, 16 * MIB);
+    assert_same_as_blkid(&f, &swap, 0);
+
+    let f = probe_file(&blank);
+    assert_eq!(f, Found::default(), "nothing on a blank device");
+    assert!(superblock(&[0u8; 10]).is_none(), "a short read is nothing");
+}
+
+/// A 1 GiB image with a GPT of two partitions, STATE (xfs) and EPHEMERAL (xfs), made as a
+/// partitioner and mkfs make them; returns the partitions' (start, size) in bytes.
+fn gpt_image(path: &Path) -> Vec<(u64, u64)> {
+    sparse(path, 1024 * MIB);
+    let mut sfdisk = Command::new("sfdisk")
+        .args(["-q", "--label", "gpt"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    sfdisk
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"size=400MiB, name=STATE\nname=EPHEMERAL\n")
+        .unwrap();
+    assert!(sfdisk.wait().unwrap().success());
+    let json = Command::new("sfdisk")
+        .arg("--json")
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&json.stdout).into_owned();
+    let mut parts = Vec::new();
+    for chunk in text.split("\"start\":").skip(1) {
+        let start: u64 = chunk
+            .split(|c: char| !c.is_ascii_digit() && c != ' ')
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let size: u64 = chunk
+            .split("\"size\":")
+            .nth(1)
+            .unwrap()
+            .split(|c: char| !c.is_ascii_digit() && c != ' ')
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        parts.push((start * 512, size * 512));
+    }
+    assert_eq!(parts.len(), 2, "{text}");
+    for (i, (start, size)) in parts.iter().enumerate() {
+        let fs = path.with_extension(format!("p{i}"));
+        sparse(&fs, *size);
+        let label = if i == 0 { "STATE" } else { "EPHEMERAL" };
+        run(Command::new("mkfs.xfs").args(["-q", "-L", label]).arg(&fs));
+        run(Command::new("dd")
+            .arg(format!("if={}", fs.display()))
+            .arg(format!("of={}", path.display()))
+            .args(["bs=1M", "conv=sparse,notrunc", "status=none"])
+            .arg(format!("seek={}", start / MIB)));
+        std::fs::remove_file(&fs).unwrap();
+    }
+    parts
+}
+
+#[test]
+fn a_gpt_and_the_filesystems_of_its_partitions() {
+    if !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("disk.img");
+    let parts = gpt_image(&img);
+    let f = probe_file(&img);
+    assert_eq!(f.name, "gpt");
+    let b = blkid(&img, 0);
+    assert_eq!(b.get("PTTYPE").map(String::as_str), Some("gpt"), "{b:?}");
+    assert_eq!(Some(&f.uuid), b.get("PTUUID"), "{b:?}");
+    assert_eq!(f.partitions.len(), 2, "{f:?}");
+    for (p, (start, size)) in f.partitions.iter().zip(&parts) {
+        assert_eq!((p.offset, p.size), (*start, *size), "{p:?}");
+        assert_eq!(p.found.name, "xfs");
+        assert_same_as_blkid(&p.found, &img, *start);
+    }
+    assert_eq!(f.partitions[0].label, "STATE");
+    assert_eq!(f.partitions[1].label, "EPHEMERAL");
+    assert_eq!(f.partitions[0].index, 1);
+    // Linux filesystem data, as sfdisk's default type.
+    assert_eq!(
+        f.partitions[0].type_uuid,
+        "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
+    );
+    let json = String::from_utf8_lossy(
+        &Command::new("sfdisk")
+            .arg("--json")
+            .arg(&img)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(json.contains(&f.partitions[1].uuid), "{json}");
+}
+
+/// A loop device attached to `image` with its partitions scanned; detached on drop.
+struct Loop(String);
+
+impl Loop {
+    fn attach(image: &Path) -> Option<Loop> {
+        let out = Command::new("losetup")
+            .args(["-f", "--show", "-P"])
+            .arg(image)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| Loop(String::from_utf8_lossy(&out.stdout).trim().to_string()))
+    }
+
+    fn name(&self) -> &str {
+        self.0.trim_start_matches("/dev/")
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blockd_describes_a_loop_disk_and_discovers_its_partitions() {
+    if !testkit::require_root("it attaches a loop device") || !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("disk.img");
+    let parts = gpt_image(&img);
+    let Some(dev) = Loop::attach(&img) else {
+        testkit::skip("no loop device could be attached (losetup -f)");
+        return;
+    };
+    let name = dev.name().to_string();
+    // Only this disk: a directory of sysfs links naming it alone (the host's disks are not
+    // the test's).
+    let sys = d.path().join("sys-block");
+    std::fs::create_dir(&sys).unwrap();
+    std::os::unix::fs::symlink(Path::new("/sys/block").join(&name), sys.join(&name)).unwrap();
+
+    let harness = stated::testing::Harness::start().await;
+    let client = harness.client.clone();
+    client
+        .define_types(&machinery::resources::block::definitions(), "blockd")
+        .await
+        .unwrap();
+    let options = blockd::controllers::Options {
+        sys_block: sys.clone(),
+        dev: PathBuf::from("/dev"),
+        any_mode: true,
+    };
+    let runtime = cosi::Runtime::with_registry(
+        client.clone(),
+        blockd::controllers::registry(&options).unwrap(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move { runtime.run(stopped).await.expect("runtime") });
+
+    use machinery::resources::block::{DiscoveredVolumeSpec, DiskSpec, NAMESPACE};
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (disk, volumes) = loop {
+        let disk = client.get_typed::<DiskSpec>(NAMESPACE, &name).await.ok();
+        let volumes: BTreeMap<String, DiscoveredVolumeSpec> = client
+            .list_typed::<DiscoveredVolumeSpec>(NAMESPACE)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| (r.metadata.id.clone(), r.spec))
+            .collect();
+        if let (Some(disk), 3) = (&disk, volumes.len()) {
+            break (disk.spec.clone(), volumes);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "disk {disk:?}, volumes {volumes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(disk.dev_path, format!("/dev/{name}"));
+    assert_eq!(disk.size, 1024 * MIB);
+    assert_eq!(disk.transport, "loop");
+    assert_eq!(disk.pretty_size, "1.1 GB");
+    let whole = &volumes[&name];
+    assert_eq!((whole.kind.as_str(), whole.name.as_str()), ("disk", "gpt"));
+    let p1 = &volumes[&format!("{name}p1")];
+    assert_eq!(p1.kind, "partition");
+    assert_eq!(p1.parent, name);
+    assert_eq!(p1.name, "xfs");
+    assert_eq!(p1.label, "STATE");
+    assert_eq!(p1.partition_label, "STATE");
+    assert_eq!(p1.partition_index, 1);
+    // The kernel's own partition devices (loop partition scanning) exist on some hosts only:
+    // where they do, the volume names its sysfs directory.
+    if Path::new("/sys/block")
+        .join(&name)
+        .join(format!("{name}p1"))
+        .exists()
+    {
+        assert!(p1.device_path.starts_with("/sys/devices/"), "{p1:?}");
+    } else {
+        assert_eq!(p1.device_path, "", "{p1:?}");
+    }
+    let p2 = &volumes[&format!("{name}p2")];
+    assert_eq!((p2.name.as_str(), p2.label.as_str()), ("xfs", "EPHEMERAL"));
+
+    // A partition wiped from outside (its superblock zeroed through the loop device, as a
+    // writer would) is seen blank at a later probe; its partition entry stays.
+    run(Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=4096",
+            "count=16",
+            "conv=notrunc,fsync",
+            "status=none",
+        ])
+        .arg(format!("of={}", dev.0))
+        .arg("oflag=seek_bytes")
+        .arg(format!("seek={}", parts[1].0)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p2 = client
+            .get_typed::<DiscoveredVolumeSpec>(NAMESPACE, &format!("{name}p2"))
+            .await
+            .unwrap()
+            .spec;
+        if p2.name.is_empty() {
+            assert_eq!(p2.partition_label, "EPHEMERAL");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {p2:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
