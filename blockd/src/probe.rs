@@ -25,7 +25,20 @@ pub enum ProbeError {
     /// Another program holds the device's exclusive lock (it is writing it).
     #[error("{0} is locked by a writer")]
     Busy(String),
+    /// A GPT header this probe does not read (and the disk is therefore not taken for blank).
+    #[error("{path}: {reason}")]
+    Unsupported {
+        /// The device.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
+
+/// The most partition entries a GPT may declare here (the specification's minimum array is
+/// 128; partitioners write 128). A header may declare up to 2^32: the gpt crate would then read
+/// (and buffer) the whole declared array, so a hostile disk could exhaust blockd's memory.
+pub const MAX_GPT_ENTRIES: u64 = 1024;
 
 /// What was found on a device (or a partition).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -244,6 +257,12 @@ pub fn probe(path: &Path, sector_size: u64) -> Result<Found, ProbeError> {
     if let Some(found) = superblock(&head) {
         return Ok(found);
     }
+    if let Err(reason) = gpt_headers_sane(&mut file, sector_size) {
+        return Err(ProbeError::Unsupported {
+            path: shown,
+            reason,
+        });
+    }
     let Some(found) = gpt(&file, sector_size) else {
         return Ok(Found::default());
     };
@@ -259,6 +278,41 @@ pub fn probe(path: &Path, sector_size: u64) -> Result<Found, ProbeError> {
 }
 
 use std::os::unix::fs::OpenOptionsExt as _;
+
+/// Checks the GPT headers (primary at LBA 1, backup at the last LBA) before the gpt crate reads
+/// them: one that carries the GPT signature must declare 128-byte entries, at most
+/// [`MAX_GPT_ENTRIES`] of them, inside the disk.
+fn gpt_headers_sane(file: &mut std::fs::File, sector_size: u64) -> Result<(), String> {
+    let ss = if sector_size == 4096 { 4096 } else { 512 };
+    let size = file.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
+    for (which, lba) in [("primary", 1), ("backup", (size / ss).saturating_sub(1))] {
+        if lba == 0 {
+            continue;
+        }
+        let mut h = [0u8; 92];
+        file.seek(SeekFrom::Start(lba * ss))
+            .and_then(|_| file.read_exact(&mut h))
+            .map_err(|e| e.to_string())?;
+        if &h[0..8] != b"EFI PART" {
+            continue;
+        }
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&h[72..80]);
+        let start = u64::from_le_bytes(a);
+        let entries = le32(&h, 80);
+        let entry_size = le32(&h, 84);
+        let end = start
+            .saturating_mul(ss)
+            .saturating_add(entries.saturating_mul(entry_size));
+        if entry_size != 128 || entries > MAX_GPT_ENTRIES || end > size {
+            return Err(format!(
+                "the {which} GPT header declares {entries} entries of {entry_size} bytes at LBA \
+                 {start}: not read (at most {MAX_GPT_ENTRIES} entries of 128 bytes, inside the disk)"
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// The GPT of `file`, if it has a valid one (primary or backup header).
 fn gpt(file: &std::fs::File, sector_size: u64) -> Option<Found> {

@@ -397,3 +397,43 @@ async fn blockd_describes_a_loop_disk_and_discovers_its_partitions() {
         .unwrap()
         .unwrap();
 }
+
+#[test]
+fn a_hostile_gpt_header_is_refused_not_read() {
+    if !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("disk.img");
+    gpt_image(&img);
+    // The primary header declares 2^32-1 entries (its CRC made right, as an attacker would).
+    let mut bytes = std::fs::read(&img).unwrap();
+    let h = 512;
+    bytes[h + 80..h + 84].copy_from_slice(&u32::MAX.to_le_bytes());
+    bytes[h + 16..h + 20].copy_from_slice(&[0; 4]);
+    let crc = crc32(&bytes[h..h + 92]);
+    bytes[h + 16..h + 20].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&img, &bytes).unwrap();
+    match probe(&img, 512) {
+        Err(blockd::probe::ProbeError::Unsupported { reason, .. }) => {
+            assert!(reason.contains("4294967295 entries"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// CRC-32 (IEEE), as the GPT header's.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = 0xFFFF_FFFFu32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
