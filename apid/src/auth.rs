@@ -115,6 +115,7 @@ const E: &str = ETCD_BACKUP;
 /// allows the call. Anything else is [`ADMIN`] only.
 const RULES: &[(&str, &[&str])] = &[
     ("/machine.MachineService/Dmesg", &[A, O, R]),
+    ("/machine.MachineService/Mounts", &[A, O, R]),
     ("/machine.MachineService/Hostname", &[A, O, R]),
     ("/machine.MachineService/Logs", &[A, O, R]),
     ("/machine.MachineService/Reboot", &[A, O]),
@@ -175,9 +176,12 @@ fn maintenance_roles(method: &str) -> Result<Roles, Status> {
     if method == MAINTENANCE_APPLY {
         return Ok(reader);
     }
-    // Not to anyone on the network: the kernel log says much about the machine (upstream's
-    // maintenance service has no Dmesg either).
-    let not_anonymous = ["/machine.MachineService/Dmesg"];
+    // Not to anyone on the network: the kernel log and the mounts say much about the machine
+    // (upstream's maintenance service has neither).
+    let not_anonymous = [
+        "/machine.MachineService/Dmesg",
+        "/machine.MachineService/Mounts",
+    ];
     if not_anonymous.contains(&method) {
         return Err(Status::permission_denied(format!(
             "{method} is not available in maintenance mode (the node has no configuration yet)"
@@ -306,6 +310,8 @@ mod tests {
         assert!(maintenance_roles("/machine.MachineService/Reboot").is_err());
         // A reader with a certificate may read it.
         assert!(authorize("/machine.MachineService/Dmesg", &Roles::parse([READER])).is_ok());
+        assert!(maintenance_roles("/machine.MachineService/Mounts").is_err());
+        assert!(authorize("/machine.MachineService/Mounts", &Roles::parse([READER])).is_ok());
     }
 
     #[test]

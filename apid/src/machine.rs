@@ -324,6 +324,35 @@ impl MachineService for Machine {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    /// The node's mounted filesystems, measured by init (root, the node's mount namespace).
+    async fn mounts(
+        &self,
+        _: Request<()>,
+    ) -> Result<Response<proto::machine::MountsResponse>, Status> {
+        let stats = self
+            .init
+            .clone()
+            .mounts(proto::init::MountsRequest {})
+            .await
+            .map_err(from_init)?
+            .into_inner()
+            .stats
+            .into_iter()
+            .map(|s| proto::machine::MountStat {
+                filesystem: s.filesystem,
+                size: s.size,
+                available: s.available,
+                mounted_on: s.mounted_on,
+            })
+            .collect();
+        Ok(Response::new(proto::machine::MountsResponse {
+            messages: vec![proto::machine::Mounts {
+                metadata: None,
+                stats,
+            }],
+        }))
+    }
+
     type DmesgStream = Streamed<Data>;
 
     /// The node's kernel log, read by init (root): one `Data` per record as upstream's; a

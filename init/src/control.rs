@@ -266,6 +266,21 @@ impl Init for Control {
         Ok(Response::new(Box::pin(lines)))
     }
 
+    /// The node's mounted filesystems ([`crate::mounts`]): the node's own mount namespace, as
+    /// init sees it.
+    async fn mounts(
+        &self,
+        req: Request<proto::init::MountsRequest>,
+    ) -> Result<Response<proto::init::MountsResponse>, Status> {
+        self.admin(&req)?;
+        let stats =
+            tokio::task::spawn_blocking(|| crate::mounts::stats(Path::new("/proc/self/mounts")))
+                .await
+                .map_err(|e| Status::internal(format!("reading the mounts ended: {e}")))?
+                .map_err(|e| Status::unavailable(format!("cannot read /proc/self/mounts: {e}")))?;
+        Ok(Response::new(proto::init::MountsResponse { stats }))
+    }
+
     async fn shutdown(
         &self,
         req: Request<PowerRequest>,

@@ -29,6 +29,7 @@ pub mod kmod;
 pub mod kmsg;
 pub mod logs;
 pub mod manifest;
+pub mod mounts;
 pub mod pid1;
 pub mod profiles;
 pub mod reaper;

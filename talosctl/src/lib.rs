@@ -157,6 +157,11 @@ pub enum Command {
     /// own and says so).
     Dmesg(remote::DmesgArgs),
 
+    /// List the node's mounted filesystems: size, used and available space (statfs), as init
+    /// sees the node's mount namespace.
+    #[command(visible_alias = "mount")]
+    Mounts,
+
     /// Audit the observed sandbox of every daemon (exposure on the systemd-analyze model).
     Audit(audit::AuditArgs),
 
@@ -246,6 +251,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect(cmd) => each_node(&cli, &mut out, |t, out| {
             let mut out = out;
             block_on(inspect::run(&t.state_socket, cmd, &mut out))
+        }),
+        Command::Mounts if !over_sockets(&cli) => {
+            block_on(async { remote::mounts(&api(&cli)?, &mut out).await })
+        }
+        Command::Mounts => each_node(&cli, &mut out, |t, out| {
+            block_on(logs::mounts(
+                &t.init_socket,
+                t.label.as_deref().unwrap_or("local"),
+                out,
+            ))
         }),
         Command::Services if !over_sockets(&cli) => {
             block_on(async { remote::services(&api(&cli)?, &mut out).await })

@@ -50,6 +50,29 @@ pub async fn run(path: &Path, args: &LogsArgs, out: &mut dyn Write) -> anyhow::R
 
 /// `talosctl dmesg --init-socket` (development): the node's kernel log from init's control
 /// socket, record by record as upstream prints them.
+/// `talosctl mounts` over init's control socket (root): the same table as through apid.
+pub async fn mounts(path: &Path, node: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut client = connect(path)?;
+    let stats = client
+        .mounts(proto::init::MountsRequest {})
+        .await
+        .map_err(|s| call_error(path, "cannot read the mounts", s))?
+        .into_inner()
+        .stats
+        .into_iter()
+        .map(|s| proto::machine::MountStat {
+            filesystem: s.filesystem,
+            size: s.size,
+            available: s.available,
+            mounted_on: s.mounted_on,
+        })
+        .collect::<Vec<_>>();
+    let mut rows = vec![crate::remote::MOUNTS_HEADER.map(String::from).to_vec()];
+    rows.extend(crate::remote::mount_rows(node, &stats));
+    crate::services::table(out, &rows)?;
+    Ok(())
+}
+
 pub async fn dmesg(
     path: &Path,
     args: &crate::remote::DmesgArgs,

@@ -342,3 +342,90 @@ pub async fn power(api: &Api, reboot: bool, out: &mut dyn Write) -> anyhow::Resu
     }
     finish(errors)
 }
+
+/// The rows of `talosctl mounts` for one node's mounts (upstream's columns and figures: GB
+/// are 10^9 bytes, two decimals; USED is size minus available).
+pub fn mount_rows(node: &str, stats: &[proto::machine::MountStat]) -> Vec<Vec<String>> {
+    stats
+        .iter()
+        .map(|m| {
+            #[allow(clippy::cast_precision_loss)] // figures for people
+            let (size, avail) = (m.size as f64 * 1e-9, m.available as f64 * 1e-9);
+            let used = if size > 0.0 {
+                100.0 - avail / size * 100.0
+            } else {
+                0.0
+            };
+            vec![
+                node.to_string(),
+                m.filesystem.clone(),
+                format!("{size:.2}"),
+                format!("{:.2}", size - avail),
+                format!("{avail:.2}"),
+                format!("{used:.2}%"),
+                m.mounted_on.clone(),
+            ]
+        })
+        .collect()
+}
+
+/// The header of `talosctl mounts`.
+pub const MOUNTS_HEADER: [&str; 7] = [
+    "NODE",
+    "FILESYSTEM",
+    "SIZE(GB)",
+    "USED(GB)",
+    "AVAILABLE(GB)",
+    "PERCENT USED",
+    "MOUNTED ON",
+];
+
+/// `talosctl mounts`: every node's mounted filesystems (Mounts).
+pub async fn mounts(api: &Api, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut c = client(api)?;
+    let mut rows = vec![MOUNTS_HEADER.map(String::from).to_vec()];
+    let mut errors = Vec::new();
+    for (label, node) in api.targets() {
+        match c.mounts(api.for_node((), node.as_deref())?).await {
+            Ok(reply) => {
+                for m in reply.into_inner().messages {
+                    rows.extend(mount_rows(&label, &m.stats));
+                }
+            }
+            Err(s) => errors.push(failed(api, &label, &s)),
+        }
+    }
+    table(out, &rows)?;
+    finish(errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_rows_read_as_upstreams() {
+        let rows = mount_rows(
+            "n1",
+            &[
+                proto::machine::MountStat {
+                    filesystem: "/dev/vda5".into(),
+                    size: 2_000_000_000,
+                    available: 500_000_000,
+                    mounted_on: "/var".into(),
+                },
+                proto::machine::MountStat {
+                    filesystem: "proc".into(),
+                    size: 0,
+                    available: 0,
+                    mounted_on: "/proc".into(),
+                },
+            ],
+        );
+        assert_eq!(
+            rows[0],
+            ["n1", "/dev/vda5", "2.00", "1.50", "0.50", "75.00%", "/var"]
+        );
+        assert_eq!(rows[1][5], "0.00%");
+    }
+}

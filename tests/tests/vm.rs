@@ -477,6 +477,27 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         node_tests::text(&cluster.talosctl(&["get", "discoveredvolumes", "vda", "-o", "yaml"]));
     assert!(dv.contains("type: disk") && dv.contains("name: ''"), "{dv}");
 
+    // The VM's mounts, measured by its init, through apid.
+    let mounts = node_tests::text(&cluster.talosctl(&["mounts"]));
+    let header = mounts.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("FILESYSTEM") && header.contains("MOUNTED ON"),
+        "{mounts}"
+    );
+    for (fs, at) in [
+        ("cgroup2", "/sys/fs/cgroup"),
+        ("tmpfs", "/run"),
+        ("proc", "/proc"),
+    ] {
+        assert!(
+            mounts.lines().any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.get(1) == Some(&fs) && w.last() == Some(&at)
+            }),
+            "{fs} on {at}: {mounts}"
+        );
+    }
+
     // The VM's own kernel log, through apid: the handoff to our init, the virtio disk.
     let dmesg = node_tests::text(&cluster.talosctl(&["dmesg"]));
     assert!(
