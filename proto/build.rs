@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/google/rpc/status.proto",
         "proto/common/common.proto",
         "proto/machine/machine.proto",
+        "proto/storage/storage.proto",
         "proto/talosrs/audit.proto",
         "proto/talosrs/state.proto",
     ];

@@ -116,6 +116,7 @@ const E: &str = ETCD_BACKUP;
 const RULES: &[(&str, &[&str])] = &[
     ("/machine.MachineService/Dmesg", &[A, O, R]),
     ("/machine.MachineService/Mounts", &[A, O, R]),
+    ("/storage.StorageService/Disks", &[A, O, R]),
     ("/machine.MachineService/Hostname", &[A, O, R]),
     ("/machine.MachineService/Logs", &[A, O, R]),
     ("/machine.MachineService/Reboot", &[A, O]),

@@ -20,3 +20,4 @@ pub mod machine;
 pub mod proxy;
 pub mod run;
 pub mod state;
+pub mod storage;

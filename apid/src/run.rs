@@ -12,6 +12,7 @@ use cosi::ResourceSpec;
 use machinery::resources::secrets::{ApiCertsSpec, NAMESPACE as SECRETS};
 use machinery::tls;
 use proto::machine::machine_service_server::MachineServiceServer;
+use proto::storage::storage_service_server::StorageServiceServer;
 use proto::talosrs::audit::audit_service_server::AuditServiceServer;
 
 use crate::audit::Auditor;
@@ -117,6 +118,9 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
     ))
     .max_decoding_message_size(MAX_REQUEST)
     .max_encoding_message_size(cosi::client::MAX_MESSAGE);
+    let storage = StorageServiceServer::new(crate::storage::Storage::new(client.clone()))
+        .max_decoding_message_size(MAX_REQUEST)
+        .max_encoding_message_size(cosi::client::MAX_MESSAGE);
     let machine = MachineServiceServer::new(Machine::new(
         cosi::unix_channel(&config.init_socket),
         client,
@@ -146,6 +150,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
             .add_service(state)
             .add_service(machine)
             .add_service(audit)
+            .add_service(storage)
             .serve_with_incoming_shutdown(
                 tls::incoming(listener, server_config, config.limits),
                 stopped(stop.clone()),

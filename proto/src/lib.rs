@@ -56,6 +56,11 @@ pub mod machine {
     tonic::include_proto!("machine");
 }
 
+/// `storage`: upstream Talos's StorageService (Disks), served by apid from blockd's disks.
+pub mod storage {
+    tonic::include_proto!("storage");
+}
+
 /// `talosrs`: talos-rs's own APIs beside upstream's.
 pub mod talosrs {
     /// `talosrs.audit`: the audit RPC, served by apid.

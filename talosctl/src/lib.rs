@@ -162,6 +162,9 @@ pub enum Command {
     #[command(visible_alias = "mount")]
     Mounts,
 
+    /// List the node's disks as blockd describes them (upstream's `disks`: storage.Disks).
+    Disks(remote::DisksArgs),
+
     /// Audit the observed sandbox of every daemon (exposure on the systemd-analyze model).
     Audit(audit::AuditArgs),
 
@@ -251,6 +254,22 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect(cmd) => each_node(&cli, &mut out, |t, out| {
             let mut out = out;
             block_on(inspect::run(&t.state_socket, cmd, &mut out))
+        }),
+        Command::Disks(args) => block_on(async {
+            let api = if args.insecure {
+                let targets = if cli.endpoints.is_empty() {
+                    &cli.nodes
+                } else {
+                    &cli.endpoints
+                };
+                let Some(target) = targets.first() else {
+                    anyhow::bail!("disks --insecure needs the node's address: -n <ip>");
+                };
+                api::Api::insecure(target, &[])?
+            } else {
+                api(&cli)?
+            };
+            remote::disks(&api, &mut out).await
         }),
         Command::Mounts if !over_sockets(&cli) => {
             block_on(async { remote::mounts(&api(&cli)?, &mut out).await })

@@ -428,4 +428,111 @@ mod tests {
         );
         assert_eq!(rows[1][5], "0.00%");
     }
+
+    #[test]
+    fn disk_rows_read_as_upstreams() {
+        let row = disk_row(
+            "n1",
+            &proto::storage::Disk {
+                size: 2 * 1024 * 1024 * 1024,
+                device_name: "/dev/vda".into(),
+                r#type: proto::storage::disk::DiskType::Hdd as i32,
+                subsystem: "/sys/class/block".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            row,
+            [
+                "n1",
+                "/dev/vda",
+                "-",
+                "-",
+                "HDD",
+                "-",
+                "-",
+                "-",
+                "-",
+                "2.1 GB",
+                "-",
+                "/sys/class/block",
+                ""
+            ]
+        );
+    }
+}
+
+/// `talosctl disks`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DisksArgs {
+    /// Through the maintenance API of a node that has no configuration yet (`-n IP`), without
+    /// a client certificate (as `get --insecure`).
+    #[arg(short = 'i', long)]
+    pub insecure: bool,
+}
+
+/// The header of `talosctl disks` (upstream's columns).
+pub const DISKS_HEADER: [&str; 13] = [
+    "NODE",
+    "DEV",
+    "MODEL",
+    "SERIAL",
+    "TYPE",
+    "UUID",
+    "WWID",
+    "MODALIAS",
+    "NAME",
+    "SIZE",
+    "BUS_PATH",
+    "SUBSYSTEM",
+    "SYSTEM_DISK",
+];
+
+/// One row of `talosctl disks`: `-` for what is empty, the size as upstream's humanize.
+pub fn disk_row(node: &str, d: &proto::storage::Disk) -> Vec<String> {
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let kind = proto::storage::disk::DiskType::try_from(d.r#type)
+        .map(|t| t.as_str_name().to_string())
+        .unwrap_or_else(|_| "UNKNOWN".into());
+    vec![
+        node.to_string(),
+        dash(&d.device_name),
+        dash(&d.model),
+        dash(&d.serial),
+        kind,
+        dash(&d.uuid),
+        dash(&d.wwid),
+        dash(&d.modalias),
+        dash(&d.name),
+        machinery::resources::block::pretty_size(d.size),
+        dash(&d.bus_path),
+        dash(&d.subsystem),
+        if d.system_disk { "*" } else { "" }.to_string(),
+    ]
+}
+
+/// `talosctl disks`: every node's disks (storage.StorageService/Disks).
+pub async fn disks(api: &Api, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut c = proto::storage::storage_service_client::StorageServiceClient::new(api.channel()?)
+        .max_decoding_message_size(cosi::client::MAX_MESSAGE);
+    let mut rows = vec![DISKS_HEADER.map(String::from).to_vec()];
+    let mut errors = Vec::new();
+    for (label, node) in api.targets() {
+        match c.disks(api.for_node((), node.as_deref())?).await {
+            Ok(reply) => {
+                for m in reply.into_inner().messages {
+                    rows.extend(m.disks.iter().map(|d| disk_row(&label, d)));
+                }
+            }
+            Err(s) => errors.push(failed(api, &label, &s)),
+        }
+    }
+    table(out, &rows)?;
+    finish(errors)
 }

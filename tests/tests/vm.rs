@@ -230,6 +230,16 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         disks.contains("1.1 GB") && disks.contains("virtio"),
         "{disks}"
     );
+    // Upstream's `disks` (storage.Disks), in maintenance as upstream's `disks --insecure`.
+    let old = talosctl_in(&ns, &["disks", "--insecure", "-n", &ip]).unwrap();
+    let vda = old
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("/dev/vda"))
+        .unwrap_or_else(|| panic!("{old}"));
+    assert!(
+        vda.contains("1.1 GB") && vda.contains("/sys/class/block"),
+        "{vda}"
+    );
     let volumes = wait_for("the discovered volumes", Duration::from_secs(60), || {
         let out = talosctl_in(
             &ns,
@@ -473,6 +483,12 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
             .then_some(out)
     });
     assert!(disks.contains("2.1 GB"), "{disks}");
+    let old = node_tests::text(&cluster.talosctl(&["disks"]));
+    assert!(
+        old.lines()
+            .any(|l| l.contains("/dev/vda") && l.contains("2.1 GB")),
+        "{old}"
+    );
     let dv =
         node_tests::text(&cluster.talosctl(&["get", "discoveredvolumes", "vda", "-o", "yaml"]));
     assert!(dv.contains("type: disk") && dv.contains("name: ''"), "{dv}");
