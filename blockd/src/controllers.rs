@@ -47,6 +47,8 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
         options: options.clone(),
         failing: BTreeMap::new(),
     })?;
+    r.register(crate::volumes::VolumeConfigController)?;
+    r.register(crate::volumes::VolumeManagerController)?;
     Ok(r)
 }
 

@@ -305,6 +305,20 @@ async fn blockd_describes_a_loop_disk_and_discovers_its_partitions() {
         .define_types(&machinery::resources::block::definitions(), "blockd")
         .await
         .unwrap();
+    client
+        .define_types(&machinery::resources::runtime::definitions(), "init")
+        .await
+        .unwrap();
+    // As init reports a VM: blockd then wants its system volumes.
+    let machine = cosi::Resource::new(
+        machinery::resources::runtime::NAMESPACE,
+        machinery::resources::runtime::MACHINE_STATUS_ID,
+        machinery::resources::runtime::MachineStatusSpec {
+            mode: "vm".into(),
+            ..Default::default()
+        },
+    );
+    client.create(&machine.to_raw().unwrap(), "").await.unwrap();
     let options = blockd::controllers::Options {
         sys_block: sys.clone(),
         dev: PathBuf::from("/dev"),
@@ -364,6 +378,34 @@ async fn blockd_describes_a_loop_disk_and_discovers_its_partitions() {
     let p2 = &volumes[&format!("{name}p2")];
     assert_eq!((p2.name.as_str(), p2.label.as_str()), ("xfs", "EPHEMERAL"));
 
+    // The system volumes are located on it by their CEL locators, both ready (xfs as wanted).
+    use machinery::resources::block::VolumeStatusSpec;
+    let status = |id: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .get_typed::<VolumeStatusSpec>(NAMESPACE, id)
+                .await
+                .ok()
+                .map(|r| r.spec)
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (s, e) = (status("STATE").await, status("EPHEMERAL").await);
+        if let (Some(s), Some(e)) = (&s, &e) {
+            if s.phase == "ready" && e.phase == "ready" {
+                assert_eq!(s.location, format!("/dev/{name}p1"));
+                assert_eq!(s.filesystem, "xfs");
+                assert_eq!(s.uuid, p1.uuid);
+                assert_eq!(e.location, format!("/dev/{name}p2"));
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "STATE {s:?}, EPHEMERAL {e:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // A partition wiped from outside (its superblock zeroed through the loop device, as a
     // writer would) is seen blank at a later probe; its partition entry stays.
     run(Command::new("dd")
@@ -390,6 +432,18 @@ async fn blockd_describes_a_loop_disk_and_discovers_its_partitions() {
         }
         assert!(Instant::now() < deadline, "still {p2:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // EPHEMERAL is then blank: located, not formatted (blockd does not format yet).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let e = status("EPHEMERAL").await;
+        if let Some(e) = e.as_ref().filter(|e| e.phase == "located") {
+            assert!(e.error_message.contains("does not format"), "{e:?}");
+            assert_eq!(e.filesystem, "");
+            break;
+        }
+        assert!(Instant::now() < deadline, "EPHEMERAL {e:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(30), task)

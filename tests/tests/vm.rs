@@ -279,6 +279,39 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         volumes["vda2"]["partitionLabel"], "EPHEMERAL",
         "{volumes:?}"
     );
+    // The system volumes: STATE found by its partition label and ready (xfs, as wanted);
+    // EPHEMERAL found blank (blockd does not format yet).
+    let statuses = wait_for("the volume statuses", Duration::from_secs(60), || {
+        let out = talosctl_in(
+            &ns,
+            &[
+                "get",
+                "volumestatuses",
+                "--insecure",
+                "-n",
+                &ip,
+                "-o",
+                "json",
+            ],
+        )
+        .ok()?;
+        let v: std::collections::BTreeMap<String, serde_json::Value> =
+            serde_json::Deserializer::from_str(&out)
+                .into_iter::<serde_json::Value>()
+                .filter_map(Result::ok)
+                .filter_map(|v| {
+                    Some((v["metadata"]["id"].as_str()?.to_string(), v["spec"].clone()))
+                })
+                .collect();
+        (v.len() == 2).then_some(v)
+    });
+    assert_eq!(statuses["STATE"]["phase"], "ready", "{statuses:?}");
+    assert_eq!(statuses["STATE"]["location"], "/dev/vda1", "{statuses:?}");
+    assert_eq!(statuses["EPHEMERAL"]["phase"], "located", "{statuses:?}");
+    assert_eq!(
+        statuses["EPHEMERAL"]["location"], "/dev/vda2",
+        "{statuses:?}"
+    );
     // The same UUID blkid reads on the host from the image.
     let blkid = Command::new("blkid")
         .args(["-p", "-o", "value", "-s", "UUID", "-O", "1048576"])
@@ -488,6 +521,14 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         old.lines()
             .any(|l| l.contains("/dev/vda") && l.contains("2.1 GB")),
         "{old}"
+    );
+    let vs = node_tests::text(&cluster.talosctl(&["get", "volumestatuses"]));
+    assert!(
+        vs.lines()
+            .filter(|l| l.contains("missing") && (l.contains("STATE") || l.contains("EPHEMERAL")))
+            .count()
+            == 2,
+        "a blank disk: both system volumes missing: {vs}"
     );
     let dv =
         node_tests::text(&cluster.talosctl(&["get", "discoveredvolumes", "vda", "-o", "yaml"]));

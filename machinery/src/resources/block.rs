@@ -162,6 +162,150 @@ impl ResourceSpec for DiscoveredVolumeSpec {
 /// A `DiscoveredVolume` resource.
 pub type DiscoveredVolume = Resource<DiscoveredVolumeSpec>;
 
+/// How a volume is provisioned when it is not found (upstream's `ProvisioningSpec`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningSpec {
+    /// Volumes of a lower wave are provisioned first (system volumes: -1).
+    pub wave: i32,
+    /// Which disks may hold it: a CEL expression over `disk` and `system_disk`.
+    pub disk_selector: CelMatch,
+    /// The partition to create.
+    pub partition_spec: PartitionSpec,
+    /// The filesystem to make on it.
+    pub filesystem_spec: FilesystemSpec,
+}
+
+/// A CEL expression (upstream's `DiskSelector`, `LocatorSpec`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CelMatch {
+    /// The expression.
+    #[serde(rename = "match")]
+    pub expression: String,
+}
+
+/// A partition to create (upstream's `PartitionSpec`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionSpec {
+    /// Smallest size, bytes.
+    pub min_size: u64,
+    /// Largest size, bytes (0: no limit).
+    pub max_size: u64,
+    /// Grows to fill the disk.
+    pub grow: bool,
+    /// GPT partition name.
+    pub label: String,
+    /// GPT type GUID.
+    #[serde(rename = "typeUUID")]
+    pub type_uuid: String,
+}
+
+/// A filesystem to make (upstream's `FilesystemSpec`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesystemSpec {
+    /// `xfs`, `ext4`, `vfat`, or `none`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Its label.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
+}
+
+/// Where a volume is mounted (upstream's `MountSpec`, the part used here).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeMountSpec {
+    /// The mount point.
+    pub target_path: String,
+}
+
+/// A volume the node wants (upstream's `VolumeConfig`). ID: the volume (`STATE`, `EPHEMERAL`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeConfigSpec {
+    /// `partition`, `disk`, `directory`…
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// How to find it: a CEL expression over `volume` (a discovered volume) and `disk`.
+    pub locator: CelMatch,
+    /// How to make it when it is not found.
+    pub provisioning: ProvisioningSpec,
+    /// Where it is mounted.
+    pub mount: VolumeMountSpec,
+}
+
+impl ResourceSpec for VolumeConfigSpec {
+    const TYPE: &'static str = "VolumeConfigs.block.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+    }
+}
+
+/// A `VolumeConfig` resource.
+pub type VolumeConfig = Resource<VolumeConfigSpec>;
+
+/// Where a volume stands (upstream's `VolumeStatus`). ID: as its `VolumeConfig`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeStatusSpec {
+    /// `waiting`, `failed`, `missing`, `located`, `provisioned`, `prepared`, `ready`, `closed`.
+    pub phase: String,
+    /// As its config's.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Its device (`/dev/vda1`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub location: String,
+    /// Its partition number.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub partition_index: u64,
+    /// Its disk.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent_location: String,
+    /// Its filesystem's UUID.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uuid: String,
+    /// Its partition's GUID.
+    #[serde(
+        default,
+        rename = "partitionUUID",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub partition_uuid: String,
+    /// Size in bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub size: u64,
+    /// Size for people.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pretty_size: String,
+    /// The filesystem found on it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub filesystem: String,
+    /// What went wrong, or what is not done.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error_message: String,
+}
+
+impl ResourceSpec for VolumeStatusSpec {
+    const TYPE: &'static str = "VolumeStatuses.block.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[
+            ("Type", "{.type}"),
+            ("Phase", "{.phase}"),
+            ("Location", "{.location}"),
+            ("Size", "{.prettySize}"),
+        ])
+    }
+}
+
+/// A `VolumeStatus` resource.
+pub type VolumeStatus = Resource<VolumeStatusSpec>;
+
 /// `humanize.Bytes` of upstream (decimal units, one decimal under 10): `2.1 GB`, `512 MB`.
 pub fn pretty_size(bytes: u64) -> String {
     const UNITS: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
@@ -184,7 +328,12 @@ pub fn pretty_size(bytes: u64) -> String {
 
 /// Definitions of the block namespace's types.
 pub fn definitions() -> Vec<ResourceDefinition> {
-    vec![DiskSpec::definition(), DiscoveredVolumeSpec::definition()]
+    vec![
+        DiskSpec::definition(),
+        DiscoveredVolumeSpec::definition(),
+        VolumeConfigSpec::definition(),
+        VolumeStatusSpec::definition(),
+    ]
 }
 
 #[cfg(test)]
