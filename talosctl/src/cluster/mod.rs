@@ -75,7 +75,7 @@ pub enum Command {
 }
 
 const CREATE_LONG_ABOUT: &str = "\
-Create a local cluster of talos-rs nodes in Linux namespaces on this host (root only).
+Create a local cluster of talos-rs nodes on this host (root only): in Linux namespaces, or VMs.
 
 The cluster gets a private network: a bridge inside a network namespace of its own, with a
 dnsmasq DHCP server, and each node a named network namespace (the node's name) with a veth into
@@ -95,9 +95,9 @@ initramfs (rootfs/kernel.sh && rootfs/build.sh make both) under qemu, each with 
 cluster's bridge, a sparse raw disk (--disk) and its serial console in <node dir>/console.log.
 A VM gets its machine config over HTTP from its supervisor (talos.config= on its kernel command
 line, served to that node only) and is reached through apid only. TCG by default (--accel kvm
-where the host's KVM works); a VM boots to ready in about ten seconds under TCG. The disk is
-attached but not used yet (no blockd): a VM's state lives in memory, and a reboot fetches the
-config again.";
+where the host's KVM works); a VM boots to ready in about ten seconds under TCG. blockd
+describes the disk (`get disks`, `get volumestatuses`) but does not partition, format or mount
+it yet: a VM's state lives in memory, and a reboot fetches the config again.";
 
 const CREATE_EXAMPLES: &str = "\
 Examples:
