@@ -52,7 +52,7 @@ pub const FAIL_MODE_ENV: &str = "TALOSCTL_CLUSTER_FAIL_MODE";
 /// The `cluster` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Create a local cluster: nodes in namespaces on this host, on a private bridge.
+    /// Create a local cluster: nodes in namespaces on this host or VMs under qemu, on a private bridge.
     #[command(long_about = CREATE_LONG_ABOUT, after_long_help = CREATE_EXAMPLES)]
     Create(CreateArgs),
     /// Show a local cluster's nodes: name, role, IP, state, init's host PID, network namespace.
