@@ -522,6 +522,31 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
             .any(|l| l.contains("/dev/vda") && l.contains("2.1 GB")),
         "{old}"
     );
+    // blockd restarted in place re-adopts what it wrote: the disk's resource is not rewritten.
+    let version = |out: &std::process::Output| -> Option<u64> {
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .ok()?
+            .get("metadata")?
+            .get("version")?
+            .as_u64()
+    };
+    let disk_version =
+        version(&cluster.talosctl(&["get", "disks", "vda", "-o", "json"])).expect("vda's version");
+    let out = cluster.talosctl(&["service", "blockd", "restart"]);
+    assert!(out.status.success(), "{}", node_tests::text(&out));
+    wait_for("blockd running again", Duration::from_secs(60), || {
+        let out = node_tests::text(&cluster.talosctl(&["service", "blockd"]));
+        out.contains("Running").then_some(())
+    });
+    // Past a resync of sysfs (5 s): still the same version.
+    std::thread::sleep(Duration::from_secs(7));
+    let now = version(&cluster.talosctl(&["get", "disks", "vda", "-o", "json"]));
+    assert_eq!(
+        now,
+        Some(disk_version),
+        "blockd rewrote vda after its restart"
+    );
+
     let vs = node_tests::text(&cluster.talosctl(&["get", "volumestatuses"]));
     assert!(
         vs.lines()
