@@ -4,6 +4,7 @@
 # on this host, on a private bridge with its own DHCP server. Needs root.
 #
 #   scripts/run-local.sh [talosctl cluster create options...]
+#   scripts/run-local.sh --provisioner qemu      VMs: also fetches Debian's kernel first
 #
 # Steps: install what is missing (scripts/install-deps.sh), build the node image and talosctl in
 # one cargo build (rootfs/build.sh: static binaries; tree and initramfs in target/rootfs,
@@ -17,6 +18,12 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 scripts/install-deps.sh
+# VM nodes boot Debian's kernel: fetch it (once) before the image is built with its modules.
+for a in "$@"; do
+	case "$a" in
+	qemu | --provisioner=qemu) rootfs/kernel.sh ;;
+	esac
+done
 rootfs/build.sh
 
 talosctl=target/bin/talosctl
