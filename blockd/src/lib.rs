@@ -6,6 +6,7 @@
 
 pub mod controllers;
 pub mod probe;
+pub mod provision;
 pub mod run;
 pub mod sysfs;
 pub mod volumes;

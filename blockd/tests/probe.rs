@@ -491,3 +491,136 @@ fn crc32(data: &[u8]) -> u32 {
     }
     !crc
 }
+
+/// The system volumes' partition specs (STATE 100 MiB, EPHEMERAL the rest).
+fn system_partitions() -> Vec<machinery::resources::block::PartitionSpec> {
+    blockd::volumes::system_volumes()
+        .into_iter()
+        .map(|(_, v)| v.provisioning.partition_spec)
+        .collect()
+}
+
+#[test]
+fn a_blank_disk_gets_the_system_partitions_as_sfdisk_reads_them() {
+    if !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("disk.img");
+    sparse(&img, 3 * 1024 * MIB);
+    let created = blockd::provision::partition_blank_disk(&img, 512, &system_partitions()).unwrap();
+    assert_eq!(created.len(), 2, "{created:?}");
+    assert_eq!((created[0].index, created[0].label.as_str()), (1, "STATE"));
+    assert_eq!(created[0].size, 100 * MIB);
+    assert_eq!(created[0].offset % MIB, 0, "aligned");
+    assert_eq!(created[1].label, "EPHEMERAL");
+    assert!(created[1].size >= 2048 * MIB, "{created:?}");
+    // What sfdisk (util-linux) reads from it: a GPT, the same two partitions.
+    let json = String::from_utf8_lossy(
+        &Command::new("sfdisk")
+            .arg("--json")
+            .arg(&img)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(json.contains("\"label\": \"gpt\""), "{json}");
+    assert!(
+        json.contains("\"name\": \"STATE\"") && json.contains("\"name\": \"EPHEMERAL\""),
+        "{json}"
+    );
+    assert!(
+        json.contains(&format!("\"start\": {}", created[0].offset / 512))
+            && json.contains(&format!("\"size\": {}", created[1].size / 512)),
+        "{json} vs {created:?}"
+    );
+    assert!(
+        json.contains("0FC63DAF-8483-4772-8E79-3D69D8477DE4"),
+        "{json}"
+    );
+    let verify = Command::new("sfdisk")
+        .arg("--verify")
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    // Our own probe reads it back; a second run refuses (not blank any more).
+    let f = probe_file(&img);
+    assert_eq!(f.name, "gpt");
+    assert_eq!(f.partitions.len(), 2);
+    let again = blockd::provision::partition_blank_disk(&img, 512, &system_partitions());
+    assert!(
+        matches!(again, Err(blockd::provision::ProvisionError::NotBlank { ref found, .. }) if found == "gpt"),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_disk_with_something_on_it_is_never_partitioned() {
+    if !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("fs.img");
+    sparse(&img, 3 * 1024 * MIB);
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "data"])
+        .arg(&img));
+    let before = std::fs::read(&img).unwrap();
+    let r = blockd::provision::partition_blank_disk(&img, 512, &system_partitions());
+    assert!(
+        matches!(r, Err(blockd::provision::ProvisionError::NotBlank { ref found, .. }) if found == "ext4"),
+        "{r:?}"
+    );
+    assert!(std::fs::read(&img).unwrap() == before, "the disk changed");
+
+    // Too small for EPHEMERAL's 2 GiB: refused, and nothing written.
+    let small = d.path().join("small.img");
+    sparse(&small, 1024 * MIB);
+    let r = blockd::provision::partition_blank_disk(&small, 512, &system_partitions());
+    assert!(
+        matches!(r, Err(blockd::provision::ProvisionError::NoSpace { ref label, .. }) if label == "EPHEMERAL"),
+        "{r:?}"
+    );
+    assert_eq!(probe_file(&small), Found::default(), "nothing written");
+}
+
+#[test]
+fn a_blank_loop_device_is_partitioned_through_the_device() {
+    if !testkit::require_root("it attaches a loop device") || !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("disk.img");
+    sparse(&img, 3 * 1024 * MIB);
+    let Some(dev) = Loop::attach(&img) else {
+        testkit::skip("no loop device could be attached (losetup -f)");
+        return;
+    };
+    let created =
+        blockd::provision::partition_blank_disk(Path::new(&dev.0), 512, &system_partitions())
+            .unwrap();
+    assert_eq!(created.len(), 2);
+    // Through the device's own table (sfdisk reads the device), and in the backing file.
+    for target in [PathBuf::from(&dev.0), img.clone()] {
+        let json = String::from_utf8_lossy(
+            &Command::new("sfdisk")
+                .arg("--json")
+                .arg(&target)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .into_owned();
+        assert!(
+            json.contains("\"name\": \"STATE\"") && json.contains("\"name\": \"EPHEMERAL\""),
+            "{}: {json}",
+            target.display()
+        );
+    }
+}
