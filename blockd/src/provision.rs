@@ -92,20 +92,25 @@ pub fn partition_blank_disk(
         .map_err(|e| io(format!("cannot use it: {e}")))?;
     // Probed blank under a shared lock; again under the exclusive one (a writer may have come
     // between).
-    let again = crate::probe::superblock(&{
+    let head = {
         use std::io::{Read as _, Seek as _};
-        let mut head = vec![0u8; 64 * 1024 + 4096];
+        const HEAD: usize = 64 * 1024 + 4096;
+        let mut head = Vec::with_capacity(HEAD);
         device
             .seek(std::io::SeekFrom::Start(0))
-            .and_then(|_| device.read(&mut head))
+            .and_then(|_| (&mut device).take(HEAD as u64).read_to_end(&mut head))
             .map_err(|e| io(e.to_string()))?;
+        head.resize(HEAD, 0);
         head
-    });
-    if let Some(f) = again {
-        return Err(ProvisionError::NotBlank {
-            path: shown,
-            found: f.name,
-        });
+    };
+    // A GPT header at LBA 1 (512- or 4096-byte sectors), or a filesystem.
+    let again = if &head[512..520] == b"EFI PART" || &head[4096..4104] == b"EFI PART" {
+        Some("gpt".to_string())
+    } else {
+        crate::probe::superblock(&head).map(|f| f.name)
+    };
+    if let Some(found) = again {
+        return Err(ProvisionError::NotBlank { path: shown, found });
     }
     let lb = if sector_size == 4096 {
         gpt::disk::LogicalBlockSize::Lb4096
