@@ -158,48 +158,27 @@ fn filesystems_read_as_blkid_reads_them() {
 /// partitioner and mkfs make them; returns the partitions' (start, size) in bytes.
 fn gpt_image(path: &Path) -> Vec<(u64, u64)> {
     sparse(path, 1024 * MIB);
-    let mut sfdisk = Command::new("sfdisk")
+    let mut writer = Command::new("sfdisk")
         .args(["-q", "--label", "gpt"])
         .arg(path)
         .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     use std::io::Write as _;
-    sfdisk
+    writer
         .stdin
         .take()
         .unwrap()
         .write_all(b"size=400MiB, name=STATE\nname=EPHEMERAL\n")
         .unwrap();
-    assert!(sfdisk.wait().unwrap().success());
-    let json = Command::new("sfdisk")
-        .arg("--json")
-        .arg(path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&json.stdout).into_owned();
-    let mut parts = Vec::new();
-    for chunk in text.split("\"start\":").skip(1) {
-        let start: u64 = chunk
-            .split(|c: char| !c.is_ascii_digit() && c != ' ')
-            .next()
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let size: u64 = chunk
-            .split("\"size\":")
-            .nth(1)
-            .unwrap()
-            .split(|c: char| !c.is_ascii_digit() && c != ' ')
-            .next()
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        parts.push((start * 512, size * 512));
-    }
-    assert_eq!(parts.len(), 2, "{text}");
+    assert!(writer.wait().unwrap().success());
+    let table = sfdisk(path);
+    let parts: Vec<(u64, u64)> = table
+        .partitions
+        .iter()
+        .map(|p| (p.start * 512, p.size * 512))
+        .collect();
+    assert_eq!(parts.len(), 2, "{table:?}");
     for (i, (start, size)) in parts.iter().enumerate() {
         let fs = path.with_extension(format!("p{i}"));
         sparse(&fs, *size);
@@ -242,16 +221,8 @@ fn a_gpt_and_the_filesystems_of_its_partitions() {
         f.partitions[0].type_uuid,
         "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
     );
-    let json = String::from_utf8_lossy(
-        &Command::new("sfdisk")
-            .arg("--json")
-            .arg(&img)
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
-    assert!(json.contains(&f.partitions[1].uuid), "{json}");
+    let table = sfdisk(&img);
+    assert_eq!(table.partitions[1].uuid, f.partitions[1].uuid, "{table:?}");
 }
 
 /// A loop device attached to `image` with its partitions scanned; detached on drop.
@@ -516,28 +487,28 @@ fn a_blank_disk_gets_the_system_partitions_as_sfdisk_reads_them() {
     assert_eq!(created[1].label, "EPHEMERAL");
     assert!(created[1].size >= 2048 * MIB, "{created:?}");
     // What sfdisk (util-linux) reads from it: a GPT, the same two partitions.
-    let json = String::from_utf8_lossy(
-        &Command::new("sfdisk")
-            .arg("--json")
-            .arg(&img)
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
-    assert!(json.contains("\"label\": \"gpt\""), "{json}");
-    assert!(
-        json.contains("\"name\": \"STATE\"") && json.contains("\"name\": \"EPHEMERAL\""),
-        "{json}"
-    );
-    assert!(
-        json.contains(&format!("\"start\": {}", created[0].offset / 512))
-            && json.contains(&format!("\"size\": {}", created[1].size / 512)),
-        "{json} vs {created:?}"
-    );
-    assert!(
-        json.contains("0FC63DAF-8483-4772-8E79-3D69D8477DE4"),
-        "{json}"
+    let table = sfdisk(&img);
+    assert_eq!(table.label, "gpt");
+    let read: Vec<(&str, u64, u64, &str)> = table
+        .partitions
+        .iter()
+        .map(|p| {
+            (
+                p.name.as_str(),
+                p.start * 512,
+                p.size * 512,
+                p.kind.as_str(),
+            )
+        })
+        .collect();
+    let linux = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+    assert_eq!(
+        read,
+        [
+            ("STATE", created[0].offset, created[0].size, linux),
+            ("EPHEMERAL", created[1].offset, created[1].size, linux)
+        ],
+        "{created:?}"
     );
     let verify = Command::new("sfdisk")
         .arg("--verify")
@@ -608,19 +579,53 @@ fn a_blank_loop_device_is_partitioned_through_the_device() {
     assert_eq!(created.len(), 2);
     // Through the device's own table (sfdisk reads the device), and in the backing file.
     for target in [PathBuf::from(&dev.0), img.clone()] {
-        let json = String::from_utf8_lossy(
-            &Command::new("sfdisk")
-                .arg("--json")
-                .arg(&target)
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .into_owned();
-        assert!(
-            json.contains("\"name\": \"STATE\"") && json.contains("\"name\": \"EPHEMERAL\""),
-            "{}: {json}",
-            target.display()
-        );
+        let names: Vec<String> = sfdisk(&target)
+            .partitions
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(names, ["STATE", "EPHEMERAL"], "{}", target.display());
     }
+}
+
+/// A partition table as `sfdisk --json` (util-linux) reads it.
+#[derive(Debug, serde::Deserialize)]
+struct Table {
+    label: String,
+    #[serde(default)]
+    partitions: Vec<TablePartition>,
+}
+
+/// One of its partitions (start and size in 512-byte sectors).
+#[derive(Debug, serde::Deserialize)]
+struct TablePartition {
+    start: u64,
+    size: u64,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    uuid: String,
+    #[serde(default)]
+    name: String,
+}
+
+/// `sfdisk --json path`.
+fn sfdisk(path: &Path) -> Table {
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        partitiontable: Table,
+    }
+    let out = Command::new("sfdisk")
+        .arg("--json")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sfdisk --json {}: {out:?}",
+        path.display()
+    );
+    serde_json::from_slice::<Doc>(&out.stdout)
+        .unwrap_or_else(|e| panic!("sfdisk --json {}: {e}", path.display()))
+        .partitiontable
 }

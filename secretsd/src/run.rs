@@ -1,5 +1,6 @@
 //! The daemon: connect to stated, define the secrets resource types (the first round-trip with
-//! stated, after which secretsd says it is ready), run every controller until shutdown.
+//! stated, after which secretsd says it is ready), run every controller until shutdown
+//! ([`cosi::runtime::DaemonRun`], the shape these daemons share).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -18,47 +19,22 @@ pub struct Config {
 /// Why secretsd stopped.
 pub type Error = cosi::runtime::DaemonError;
 
-/// Runs secretsd until `shutdown` completes. `ready` is called once, when the resource
-/// definitions are written (stated answered), before the controllers start.
+/// Runs secretsd until `shutdown` completes ([`cosi::runtime::DaemonRun`]). `ready` is called
+/// once, when the resource definitions are written (stated answered), before the controllers
+/// start.
 ///
 /// # Errors
 ///
 /// [`Error`]; an unreachable stated is not an error: secretsd waits for it.
 pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) -> Result<(), Error> {
-    let client = cosi::Client::new(&config.socket).map_err(|source| Error::Client {
-        socket: config.socket.clone(),
-        source,
-    })?;
     let registry = controllers::registry(&config.options).map_err(Error::Register)?;
-    tracing::info!(
-        socket = %config.socket.display(),
-        leaf_validity_s = config.options.leaf_validity.as_secs(),
-        "secretsd started"
-    );
-    let mut shutdown = std::pin::pin!(shutdown);
-    tokio::select! {
-        () = define_types(client.clone()) => {}
-        _ = &mut shutdown => {
-            tracing::info!("secretsd stopped before stated answered");
-            return Ok(());
-        }
+    cosi::runtime::DaemonRun {
+        name: "secretsd",
+        socket: config.socket,
+        definitions: machinery::resources::secrets::definitions(),
+        registry,
+        graph_namespace: machinery::resources::secrets::NAMESPACE,
     }
-    ready();
-    tracing::info!("resource types defined: secretsd is ready");
-    let result = cosi::Runtime::with_registry(client, registry)
-        .publish_graph(machinery::resources::secrets::NAMESPACE, "secretsd")
-        .run(shutdown)
-        .await
-        .map_err(Error::Runtime);
-    tracing::info!("secretsd stopped");
-    result
-}
-
-/// Writes the definitions of the secrets types, retrying while stated is unreachable. A
-/// refusal is logged and not retried.
-async fn define_types(client: cosi::Client) {
-    let definitions = machinery::resources::secrets::definitions();
-    if let Err(e) = client.define_types_retrying(&definitions, "secretsd").await {
-        tracing::warn!(error = %e, "cannot define the secrets resource types");
-    }
+    .run(ready, shutdown)
+    .await
 }

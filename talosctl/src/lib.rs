@@ -205,16 +205,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let mut out = stdout.lock();
     match &cli.command {
         Command::Get(args) if args.insecure => {
-            let targets = if cli.endpoints.is_empty() {
-                &cli.nodes
-            } else {
-                &cli.endpoints
-            };
-            if targets.is_empty() {
-                anyhow::bail!(
-                    "get --insecure needs the node's address: -n <ip> (or -e <ip[:port]>)"
-                );
-            }
+            let targets = insecure_targets(&cli, "get")?;
             block_on(async {
                 // Channels are made inside the runtime (they spawn their connection tasks).
                 let mut sources = Vec::new();
@@ -256,20 +247,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             block_on(inspect::run(&t.state_socket, cmd, &mut out))
         }),
         Command::Disks(args) => block_on(async {
-            let api = if args.insecure {
-                let targets = if cli.endpoints.is_empty() {
-                    &cli.nodes
-                } else {
-                    &cli.endpoints
-                };
-                let Some(target) = targets.first() else {
-                    anyhow::bail!("disks --insecure needs the node's address: -n <ip>");
-                };
-                api::Api::insecure(target, &[])?
-            } else {
-                api(&cli)?
-            };
-            remote::disks(&api, &mut out).await
+            if !args.insecure {
+                return remote::disks(&api(&cli)?, &mut out).await;
+            }
+            for t in insecure_targets(&cli, "disks")? {
+                remote::disks(&api::Api::insecure(t, &[])?, &mut out).await?;
+            }
+            Ok(())
         }),
         Command::Mounts if !over_sockets(&cli) => {
             block_on(async { remote::mounts(&api(&cli)?, &mut out).await })
@@ -324,16 +308,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             block_on(power::run(&t.init_socket, true, out))
         }),
         Command::ApplyConfig(args) if args.insecure => {
-            let targets = if cli.endpoints.is_empty() {
-                &cli.nodes
-            } else {
-                &cli.endpoints
-            };
-            if targets.is_empty() {
-                anyhow::bail!(
-                    "apply-config --insecure needs the node's address: -n <ip> (or -e <ip[:port]>)"
-                );
-            }
+            let targets = insecure_targets(&cli, "apply-config")?;
             let mut errors = Vec::new();
             for t in targets {
                 let done = api::Api::insecure(t, &args.cert_fingerprint).and_then(|api| {
@@ -399,6 +374,19 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// Whether the command talks to Unix sockets (`--socket` or `--init-socket` given, or their
 /// environment variables) instead of the Talos API.
+/// The nodes an `--insecure` (maintenance API) command talks to: the endpoints, else the nodes.
+fn insecure_targets<'a>(cli: &'a Cli, command: &str) -> anyhow::Result<&'a [String]> {
+    let targets = if cli.endpoints.is_empty() {
+        &cli.nodes
+    } else {
+        &cli.endpoints
+    };
+    if targets.is_empty() {
+        anyhow::bail!("{command} --insecure needs the node's address: -n <ip> (or -e <ip[:port]>)");
+    }
+    Ok(targets)
+}
+
 fn over_sockets(cli: &Cli) -> bool {
     cli.socket.is_some() || cli.init_socket.is_some()
 }

@@ -254,14 +254,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
             ],
         )
         .ok()?;
-        let v: std::collections::BTreeMap<String, serde_json::Value> =
-            serde_json::Deserializer::from_str(&out)
-                .into_iter::<serde_json::Value>()
-                .filter_map(Result::ok)
-                .filter_map(|v| {
-                    Some((v["metadata"]["id"].as_str()?.to_string(), v["spec"].clone()))
-                })
-                .collect();
+        let v = specs_by_id(out.as_bytes());
         (v.len() == 3).then_some(v)
     });
     assert_eq!(volumes["vda"]["name"], "gpt", "{volumes:?}");
@@ -295,14 +288,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
             ],
         )
         .ok()?;
-        let v: std::collections::BTreeMap<String, serde_json::Value> =
-            serde_json::Deserializer::from_str(&out)
-                .into_iter::<serde_json::Value>()
-                .filter_map(Result::ok)
-                .filter_map(|v| {
-                    Some((v["metadata"]["id"].as_str()?.to_string(), v["spec"].clone()))
-                })
-                .collect();
+        let v = specs_by_id(out.as_bytes());
         (v.len() == 2).then_some(v)
     });
     assert_eq!(statuses["STATE"]["phase"], "ready", "{statuses:?}");
@@ -400,7 +386,12 @@ fn links(cluster: &node_tests::Cluster) -> std::collections::BTreeMap<String, se
         "get links: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::Deserializer::from_slice(&out.stdout)
+    specs_by_id(&out.stdout)
+}
+
+/// The specs of `talosctl get … -o json` (one document per resource), by resource ID.
+fn specs_by_id(json: &[u8]) -> std::collections::BTreeMap<String, serde_json::Value> {
+    serde_json::Deserializer::from_slice(json)
         .into_iter::<serde_json::Value>()
         .filter_map(Result::ok)
         .filter_map(|v| Some((v["metadata"]["id"].as_str()?.to_string(), v["spec"].clone())))

@@ -23,6 +23,7 @@
 
 mod context;
 mod controller;
+mod daemon;
 mod error;
 mod graph;
 mod task;
@@ -40,6 +41,7 @@ use crate::client::Client;
 
 pub use context::{Context, Waker, APPLY_IN_FLIGHT};
 pub use controller::{Action, Controller, Input, InputKind, Output, OutputKind};
+pub use daemon::DaemonRun;
 pub use error::{DaemonError, ReconcileError, RuntimeError};
 pub use graph::{DependencyGraph, Edge, EdgeKind};
 pub use task::{PENDING_POLL, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};

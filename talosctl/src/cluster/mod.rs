@@ -979,28 +979,12 @@ fn launch_vm(
     let pid = i32::try_from(child.id()).context("pid")?;
     let supervisor = Proc::of(pid, &format!("supervisor of {}", node.name))
         .with_context(|| format!("the supervisor of {} ended at once", node.name))?;
-    let pid_file = node.dir.join(vm::PID_FILE);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let qemu = loop {
-        if let Ok(text) = std::fs::read_to_string(&pid_file) {
-            if let Ok(pid) = text.trim().parse::<i32>() {
-                if let Some(p) = Proc::of(pid, &format!("qemu of {}", node.name)) {
-                    break p;
-                }
-            }
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            anyhow::bail!(
-                "{} did not start ({status}):\n{}",
-                node.name,
-                tail(&log, 20)
-            );
-        }
-        if Instant::now() > deadline {
-            anyhow::bail!("{}: qemu did not start within 10 s", node.name);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let qemu = wait_started(
+        &mut child,
+        &node.dir.join(vm::PID_FILE),
+        &format!("qemu of {}", node.name),
+        &log,
+    )?;
     let qemu_pid = qemu.pid;
     if let Some(n) = cluster.node_mut(&node.name) {
         n.supervisor = Some(supervisor);
@@ -1045,25 +1029,37 @@ fn launch_node(node: &Node, image: &Path, api_port: u16) -> anyhow::Result<(Proc
     let pid = i32::try_from(child.id()).context("pid")?;
     let supervisor = Proc::of(pid, &format!("supervisor of {}", node.name))
         .with_context(|| format!("the supervisor of {} ended at once", node.name))?;
-    let pid_file = node.dir.join(launch::INIT_PID_FILE);
+    let init = wait_started(
+        &mut child,
+        &node.dir.join(launch::INIT_PID_FILE),
+        &format!("init of {}", node.name),
+        &node.console(),
+    )?;
+    Ok((supervisor, init))
+}
+
+/// Waits up to 10 s for the process a node's supervisor (`child`) started and wrote to
+/// `pid_file` (init, or a VM's qemu); fails with the tail of `log` if the supervisor ends first.
+fn wait_started(
+    child: &mut std::process::Child,
+    pid_file: &Path,
+    what: &str,
+    log: &Path,
+) -> anyhow::Result<Proc> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Ok(text) = std::fs::read_to_string(&pid_file) {
+        if let Ok(text) = std::fs::read_to_string(pid_file) {
             if let Ok(pid) = text.trim().parse::<i32>() {
-                if let Some(init) = Proc::of(pid, &format!("init of {}", node.name)) {
-                    return Ok((supervisor, init));
+                if let Some(p) = Proc::of(pid, what) {
+                    return Ok(p);
                 }
             }
         }
         if let Ok(Some(status)) = child.try_wait() {
-            anyhow::bail!(
-                "{} did not start ({status}):\n{}",
-                node.name,
-                crate::cluster::tail(&node.console(), 20)
-            );
+            anyhow::bail!("{what} did not start ({status}):\n{}", tail(log, 20));
         }
         if Instant::now() > deadline {
-            anyhow::bail!("{} did not start within 10 s", node.name);
+            anyhow::bail!("{what} did not start within 10 s");
         }
         std::thread::sleep(Duration::from_millis(5));
     }
