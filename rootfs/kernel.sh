@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Fetches Debian's stock kernel for VM nodes into target/kernel (or $KERNEL_OUT): vmlinuz and
 # lib/modules/<release> with a modules.dep (depmod -b). Nothing is installed on the host: the
-# package is downloaded (apt-get download) and unpacked (dpkg -x) into the build directory.
+# package is downloaded (apt-get download) and the parts a VM node can use are unpacked
+# (dpkg-deb --fsys-tarfile | tar) into the build directory: vmlinuz and the module trees of
+# $KERNEL_MODULE_DIRS (about 120 MB of the package's 400; no graphics, sound, media, USB or
+# wireless/ethernet drivers). A boot module outside them makes rootfs/build.sh fail by name.
 # Idempotent: does nothing when that kernel is already there. rootfs/build.sh then puts the
 # boot modules (rootfs/etc/kernel-modules.conf) into the image and the kernel beside it.
 #
@@ -28,12 +31,21 @@ if [ -f "$out/package" ] && [ "$(cat "$out/package")" = "$pkg" ] && [ -f "$out/v
 	exit 0
 fi
 work="$(mktemp -d)"
-chmod 755 "$work" # apt-get download runs as _apt
 trap 'rm -rf "$work"' EXIT
 echo "kernel.sh: fetching $pkg" >&2
-(cd "$work" && apt-get download -qq "$pkg")
-dpkg -x "$work"/*.deb "$work/x"
-release="$(ls "$work/x/lib/modules")"
+(cd "$work" && apt-get download -qq -o APT::Sandbox::User=root "$pkg")
+deb="$(ls "$work"/*.deb)"
+release="$(dpkg-deb --fsys-tarfile "$deb" | tar -t | sed -n 's|^\./lib/modules/\([^/]*\)/$|\1|p' | head -1)"
+[ -n "$release" ] || { echo "kernel.sh: $pkg holds no lib/modules/<release>" >&2; exit 1; }
+dirs="${KERNEL_MODULE_DIRS:-arch crypto lib net fs block drivers/block drivers/virtio drivers/scsi drivers/nvme drivers/md drivers/char drivers/net/bonding drivers/net/wireguard drivers/net/team drivers/net/vxlan drivers/net/ipvlan}"
+want=("./boot/vmlinuz-$release" "./lib/modules/$release/modules.builtin" "./lib/modules/$release/modules.builtin.modinfo" "./lib/modules/$release/modules.order")
+for d in $dirs; do want+=("./lib/modules/$release/kernel/$d"); done
+# drivers/net's own modules (dummy, veth, macvlan, virtio_net, net_failover…), not its
+# subdirectories of hardware drivers.
+want+=("./lib/modules/$release/kernel/drivers/net/*.ko")
+mkdir -p "$work/x"
+dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$work/x" --wildcards --no-wildcards-match-slash "${want[@]}"
+rm -f "$deb"
 depmod -b "$work/x" "$release"
 rm -rf "$out.new"
 mkdir -p "$out.new/lib/modules"

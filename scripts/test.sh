@@ -8,6 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# A fresh clone builds once: incremental caches (2+ GB here) would only take disk.
+if [[ "${CI:-}" == "true" ]]; then export CARGO_INCREMENTAL=0; fi
+# The suite needs about 8 GB of disk (debug build ~6 GB, the image's release build, the kernel).
+free_kb=$(df -Pk . | awk 'NR == 2 {print $4}')
+if (( free_kb < 8 * 1024 * 1024 )); then
+  echo "test.sh: warning: $((free_kb / 1024)) MB free here; the suite needs about 8 GB" >&2
+fi
 cargo build --workspace --all-targets --locked
 # The VM test boots the release image with Debian's kernel: fetch the kernel (once) and build
 # the image (rootfs/build.sh, the README's own build) with its boot modules.

@@ -30,6 +30,8 @@ pub struct Options {
     /// Describe the disks whatever the node's mode (tests, on the host's loop devices); else
     /// only a VM's.
     pub any_mode: bool,
+    /// How volumes are formatted.
+    pub format: crate::volumes::FormatOptions,
 }
 
 /// Every controller of blockd.
@@ -48,7 +50,9 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
         failing: BTreeMap::new(),
     })?;
     r.register(crate::volumes::VolumeConfigController)?;
-    r.register(crate::volumes::VolumeManagerController)?;
+    r.register(crate::volumes::VolumeManagerController::new(
+        options.format.clone(),
+    ))?;
     Ok(r)
 }
 

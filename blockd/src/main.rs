@@ -22,6 +22,13 @@ struct Args {
     /// Where the device nodes are.
     #[arg(long, default_value = "/dev")]
     dev: PathBuf,
+    /// mkfs.xfs on the node: blockd asks init to run it (a requested service) to format a
+    /// blank system partition.
+    #[arg(long, default_value = "/usr/bin/mkfs.xfs")]
+    mkfs_xfs: PathBuf,
+    /// The uid (and gid) mkfs runs as: within blockd's envelope in the daemon manifest.
+    #[arg(long, default_value_t = 1_990_001_500)]
+    mkfs_uid: u32,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -47,6 +54,10 @@ fn main() -> ExitCode {
             sys_block: args.sys_block,
             dev: args.dev,
             any_mode: false,
+            format: blockd::volumes::FormatOptions {
+                mkfs_xfs: args.mkfs_xfs,
+                uid: args.mkfs_uid,
+            },
         },
     };
     d.run(

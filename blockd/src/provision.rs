@@ -4,8 +4,9 @@
 //! and udev respect), fixed-size partitions first, growing ones filling what is left, each
 //! aligned to 1 MiB, written by the gpt crate (protective MBR, both headers).
 //!
-//! Not wired into the node yet: the volume manager still only locates (see
-//! [`crate::volumes`]); this is tested on files and loop devices.
+//! On a block device the kernel is then asked to read the new table (`BLKRRPART`, with
+//! CAP_SYS_ADMIN), so that the partitions' devices appear. The volume manager
+//! ([`crate::volumes`]) calls it; it is tested on files and loop devices.
 
 use std::str::FromStr as _;
 
@@ -202,6 +203,20 @@ pub fn partition_blank_disk(
     device
         .sync_all()
         .map_err(|e| io(format!("cannot flush: {e}")))?;
+    let is_block = {
+        use std::os::unix::fs::FileTypeExt as _;
+        device
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_block_device())
+    };
+    if is_block {
+        use std::os::fd::AsFd as _;
+        sandbox::block::reread_partitions(locked.as_fd()).map_err(|e| {
+            io(format!(
+                "the GPT is written, but the kernel did not read it again (BLKRRPART): {e}"
+            ))
+        })?;
+    }
     drop(locked);
     Ok(created)
 }

@@ -3,11 +3,18 @@
 //! discovered volume (upstream's `volume` and `disk` variables, fields by their protobuf
 //! names), and checked against the filesystem it wants.
 //!
-//! Only locating is done here: a volume that is not found is `missing`, and one found blank
-//! stays `located`, each saying that blockd does not partition or format disks yet. A volume
-//! found with another filesystem than the one wanted `failed`: it is never reformatted.
+//! The manager then prepares what is missing, as upstream's volume manager does, on a blank
+//! disk only: when no system volume is found at all, the first blank, writable disk big enough
+//! gets a GPT with every system partition ([`crate::provision`]); a partition found blank is
+//! formatted by mkfs.xfs, a service blockd asks init to run (init alone creates processes),
+//! while blockd holds the disk's exclusive lock; a volume is `ready` once its filesystem is
+//! there. A volume found with another filesystem than the one wanted `failed`: it is never
+//! reformatted, and a disk with anything on it is never partitioned. Mounting is init's
+//! (`MountStatus`): a landlocked process cannot mount.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use cel_interpreter::{Context as Cel, Program, Value};
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
@@ -16,7 +23,10 @@ use machinery::resources::block::{
     pretty_size, CelMatch, DiscoveredVolumeSpec, DiskSpec, FilesystemSpec, PartitionSpec,
     ProvisioningSpec, VolumeConfigSpec, VolumeMountSpec, VolumeStatusSpec, NAMESPACE,
 };
-use machinery::resources::runtime::{MachineStatusSpec, MACHINE_STATUS_ID};
+use machinery::resources::runtime::{
+    MachineStage, MachineStatusSpec, ServicePath, ServiceSpecSpec, ServiceState, ServiceStatusSpec,
+    MACHINE_STATUS_ID,
+};
 
 const MIB: u64 = 1024 * 1024;
 /// Linux filesystem data (GPT partition type).
@@ -241,8 +251,7 @@ pub fn status(
         }
         [] => {
             st.phase = "missing".into();
-            st.error_message =
-                "not found, and blockd does not partition or format disks yet".into();
+            st.error_message = "not found".into();
         }
         [v] => {
             st.location = v.dev_path.clone();
@@ -256,8 +265,7 @@ pub fn status(
             let want = &config.provisioning.filesystem_spec.kind;
             if v.name.is_empty() {
                 st.phase = "located".into();
-                st.error_message =
-                    format!("blank: it wants {want}, and blockd does not format volumes yet");
+                st.error_message = format!("blank: it wants {want}");
             } else if &v.name == want || want == "none" {
                 st.phase = "ready".into();
             } else {
@@ -284,8 +292,139 @@ pub fn status(
     st
 }
 
-/// `block.VolumeManagerController` (locating only, as said above).
-pub struct VolumeManagerController;
+/// How the manager formats and where it finds the mkfs it asks for.
+#[derive(Clone, Debug)]
+pub struct FormatOptions {
+    /// mkfs.xfs on the node (the image's `/usr/bin/mkfs.xfs`).
+    pub mkfs_xfs: PathBuf,
+    /// The uid (and gid) mkfs runs as: a service never runs as a daemon's.
+    pub uid: u32,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            mkfs_xfs: PathBuf::from("/usr/bin/mkfs.xfs"),
+            uid: 1_990_001_500,
+        }
+    }
+}
+
+/// A format under way (its disk's exclusive lock is held in `locks` until every format on the
+/// disk ended).
+struct Formatting {
+    device: String,
+    disk: String,
+}
+
+/// `block.VolumeManagerController`: locates, partitions and formats (see the module's doc).
+pub struct VolumeManagerController {
+    format: FormatOptions,
+    /// Volumes this blockd partitioned, by ID: their device, until discovery sees them.
+    provisioned: BTreeMap<String, DiscoveredVolumeSpec>,
+    /// Formats under way, by volume ID.
+    formatting: BTreeMap<String, Formatting>,
+    /// The exclusive locks of the disks being formatted, by disk.
+    locks: BTreeMap<String, nix::fcntl::Flock<std::fs::File>>,
+    /// Formats that failed, by volume ID: not retried until blockd restarts.
+    format_failed: BTreeMap<String, String>,
+}
+
+impl VolumeManagerController {
+    /// A manager asking for mkfs as `format` says.
+    pub fn new(format: FormatOptions) -> Self {
+        VolumeManagerController {
+            format,
+            provisioned: BTreeMap::new(),
+            formatting: BTreeMap::new(),
+            locks: BTreeMap::new(),
+            format_failed: BTreeMap::new(),
+        }
+    }
+}
+
+/// The ID of the mkfs service of a volume (`mkfs-state`).
+pub fn mkfs_service_id(volume: &str) -> String {
+    format!("mkfs-{}", volume.to_ascii_lowercase())
+}
+
+/// How often a volume waiting on something outside the inputs (a device node's permissions,
+/// a busy disk) is looked at again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What mkfs.xfs is asked to do for `volume` on `device` (`size` bytes): upstream's options
+/// (`-n ftype=1`, the label, `--unsupported` at 300 MiB or less, which xfsprogs requires for
+/// such small filesystems); never `-f`: mkfs itself refuses a device that holds a filesystem.
+pub fn mkfs_spec(format: &FormatOptions, label: &str, device: &str, size: u64) -> ServiceSpecSpec {
+    let mut args = vec!["-n".into(), "ftype=1".into(), "-L".into(), label.into()];
+    if size <= 300 * MIB {
+        args.push("--unsupported".into());
+    }
+    args.push(device.into());
+    let path = |p: &str, access: &str| ServicePath {
+        path: p.into(),
+        access: access.into(),
+    };
+    ServiceSpecSpec {
+        binary: format.mkfs_xfs.to_string_lossy().into_owned(),
+        args,
+        env: BTreeMap::new(),
+        uid: format.uid,
+        gid: format.uid,
+        capabilities: vec!["CAP_SYS_ADMIN".into(), "CAP_DAC_OVERRIDE".into()],
+        paths: vec![
+            path(device, "read-write"),
+            path("/sys", "read-only"),
+            path("/proc", "read-only"),
+            path(&format.mkfs_xfs.to_string_lossy(), "exec"),
+            path("/usr/lib", "exec"),
+            path("/lib64", "exec"),
+        ],
+        bind_tcp: vec![],
+        connect_tcp: vec![],
+        seccomp_profile: "mkfs".into(),
+        restart: false,
+    }
+}
+
+/// The first disk a new system layout may go on: writable, not a CD, found blank, big
+/// enough for every partition's minimum (with 2 MiB for the GPT and alignment), by name.
+fn blank_disk<'a>(
+    disks: &'a [DiskSpec],
+    volumes: &[DiscoveredVolumeSpec],
+    need: u64,
+) -> Result<&'a DiskSpec, String> {
+    let mut why = Vec::new();
+    let mut sorted: Vec<&DiskSpec> = disks.iter().collect();
+    sorted.sort_by(|a, b| a.dev_path.cmp(&b.dev_path));
+    for d in sorted {
+        let whole = volumes
+            .iter()
+            .find(|v| v.kind == "disk" && v.dev_path == d.dev_path);
+        let reason = if d.readonly {
+            "read-only".to_string()
+        } else if d.cdrom {
+            "a CD".to_string()
+        } else if d.size < need {
+            format!("{} < {} needed", pretty_size(d.size), pretty_size(need))
+        } else {
+            match whole {
+                None => "not probed yet".to_string(),
+                Some(v) if !v.name.is_empty() => format!("holds {}", v.name),
+                Some(_) => return Ok(d),
+            }
+        };
+        why.push(format!("{}: {reason}", d.dev_path));
+    }
+    if why.is_empty() {
+        Err("no disk".into())
+    } else {
+        Err(format!(
+            "no blank disk for the system volumes ({})",
+            why.join("; ")
+        ))
+    }
+}
 
 impl Controller for VolumeManagerController {
     fn name(&self) -> &'static str {
@@ -297,15 +436,34 @@ impl Controller for VolumeManagerController {
             Input::weak::<VolumeConfigSpec>(NAMESPACE),
             Input::weak::<DiscoveredVolumeSpec>(NAMESPACE),
             Input::weak::<DiskSpec>(NAMESPACE),
+            Input::weak::<ServiceStatusSpec>(machinery::resources::runtime::NAMESPACE),
+            Input::weak::<MachineStatusSpec>(machinery::resources::runtime::NAMESPACE)
+                .with_id(MACHINE_STATUS_ID),
         ]
     }
 
     fn outputs(&self) -> Vec<Output> {
-        vec![Output::exclusive::<VolumeStatusSpec>()]
+        vec![
+            Output::exclusive::<VolumeStatusSpec>(),
+            Output::exclusive::<ServiceSpecSpec>().in_namespace(NAMESPACE),
+        ]
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let configs = ctx.list::<VolumeConfigSpec>(NAMESPACE).await?;
+        let mut configs = ctx.list::<VolumeConfigSpec>(NAMESPACE).await?;
+        // Fixed sizes first, then growing ones (upstream's order), then by ID.
+        configs.sort_by(|a, b| {
+            (
+                a.spec.provisioning.wave,
+                a.spec.provisioning.partition_spec.grow,
+                &a.metadata.id,
+            )
+                .cmp(&(
+                    b.spec.provisioning.wave,
+                    b.spec.provisioning.partition_spec.grow,
+                    &b.metadata.id,
+                ))
+        });
         let volumes: Vec<DiscoveredVolumeSpec> = ctx
             .list::<DiscoveredVolumeSpec>(NAMESPACE)
             .await?
@@ -318,13 +476,321 @@ impl Controller for VolumeManagerController {
             .into_iter()
             .map(|r| r.spec)
             .collect();
-        let statuses: Vec<Resource<VolumeStatusSpec>> = configs
+        let mut statuses: Vec<(String, VolumeStatusSpec)> = configs
             .iter()
-            .map(|c| Resource::new(NAMESPACE, &c.metadata.id, status(&c.spec, &volumes, &disks)))
+            .map(|c| {
+                let mut st = status(&c.spec, &volumes, &disks);
+                if st.phase == "missing" {
+                    // Partitioned here, not discovered yet: located at what was written.
+                    if let Some(v) = self.provisioned.get(&c.metadata.id) {
+                        st = status(&c.spec, std::slice::from_ref(v), &disks);
+                    }
+                } else if st.phase != "waiting" {
+                    self.provisioned.remove(&c.metadata.id);
+                }
+                (c.metadata.id.clone(), st)
+            })
             .collect();
-        ctx.apply_all(statuses).await?;
-        Ok(Action::AwaitChange)
+        let mut again = false;
+        // Disks are written only once the machine is configured (as upstream, which has no
+        // system volume to provision in maintenance): a machine booted to be installed is
+        // not touched before someone applies a configuration.
+        let configured = ctx
+            .get::<MachineStatusSpec>(machinery::resources::runtime::NAMESPACE, MACHINE_STATUS_ID)
+            .await?
+            .is_some_and(|m| m.spec.stage == MachineStage::Running);
+        if !configured {
+            for (_, st) in &mut statuses {
+                match st.phase.as_str() {
+                    "missing" => {
+                        st.error_message =
+                            "not found; nothing is written to a disk before the machine is configured".into();
+                    }
+                    "located" => {
+                        st.error_message = format!(
+                            "{}; formatted once the machine is configured",
+                            st.error_message
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            ctx.apply_all(std::iter::empty::<Resource<ServiceSpecSpec>>())
+                .await?;
+            ctx.apply_all(
+                statuses
+                    .into_iter()
+                    .map(|(id, st)| Resource::new(NAMESPACE, &id, st)),
+            )
+            .await?;
+            return Ok(Action::AwaitChange);
+        }
+
+        // Nothing of the system layout anywhere: partition a blank disk for all of it.
+        let wanted: Vec<usize> = configs
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.spec.provisioning.partition_spec.label.is_empty())
+            .map(|(i, _)| i)
+            .collect();
+        if !wanted.is_empty() && wanted.iter().all(|&i| statuses[i].1.phase == "missing") {
+            let need: u64 = wanted
+                .iter()
+                .map(|&i| configs[i].spec.provisioning.partition_spec.min_size)
+                .sum::<u64>()
+                + 2 * MIB;
+            match blank_disk(&disks, &volumes, need) {
+                Ok(disk) => {
+                    let specs: Vec<PartitionSpec> = wanted
+                        .iter()
+                        .map(|&i| configs[i].spec.provisioning.partition_spec.clone())
+                        .collect();
+                    let path = PathBuf::from(&disk.dev_path);
+                    let sector = disk.sector_size;
+                    let written = tokio::task::spawn_blocking(move || {
+                        crate::provision::partition_blank_disk(&path, sector, &specs)
+                    })
+                    .await
+                    .map_err(|e| ReconcileError::other(format!("partitioning ended: {e}")))?;
+                    match written {
+                        Ok(created) => {
+                            tracing::info!(disk = %disk.dev_path, partitions = created.len(), "partitioned for the system volumes");
+                            let name = disk.dev_path.rsplit('/').next().unwrap_or_default();
+                            for c in created {
+                                let Some(&i) = wanted.iter().find(|&&i| {
+                                    configs[i].spec.provisioning.partition_spec.label == c.label
+                                }) else {
+                                    continue;
+                                };
+                                let dir = std::path::Path::new(&disk.dev_path)
+                                    .parent()
+                                    .map(PathBuf::from)
+                                    .unwrap_or_default();
+                                let part = crate::sysfs::partition_name(name, u64::from(c.index));
+                                let v = DiscoveredVolumeSpec {
+                                    dev_path: dir.join(&part).to_string_lossy().into_owned(),
+                                    kind: "partition".into(),
+                                    parent: name.to_string(),
+                                    parent_dev_path: disk.dev_path.clone(),
+                                    size: c.size,
+                                    sector_size: disk.sector_size,
+                                    partition_label: c.label.clone(),
+                                    partition_type: LINUX_DATA.into(),
+                                    partition_index: u64::from(c.index),
+                                    ..Default::default()
+                                };
+                                let id = configs[i].metadata.id.clone();
+                                statuses[i].1 =
+                                    status(&configs[i].spec, std::slice::from_ref(&v), &disks);
+                                statuses[i].1.phase = "provisioned".into();
+                                self.provisioned.insert(id, v);
+                            }
+                            again = true;
+                        }
+                        Err(e) => {
+                            tracing::warn!(disk = %disk.dev_path, error = %e, "cannot partition");
+                            for &i in &wanted {
+                                statuses[i].1.phase = "failed".into();
+                                statuses[i].1.error_message = format!("partitioning: {e}");
+                            }
+                        }
+                    }
+                }
+                Err(why) => {
+                    for &i in &wanted {
+                        statuses[i].1.error_message = format!("not found; {why}");
+                    }
+                }
+            }
+        }
+
+        // Blank partitions of ours: formatted by the mkfs service, under the disk's lock.
+        let services: BTreeMap<String, ServiceStatusSpec> = ctx
+            .list::<ServiceStatusSpec>(machinery::resources::runtime::NAMESPACE)
+            .await?
+            .into_iter()
+            .map(|r| (r.metadata.id, r.spec))
+            .collect();
+        let mut mkfs = Vec::new();
+        for (i, c) in configs.iter().enumerate() {
+            let id = &c.metadata.id;
+            let st = &mut statuses[i].1;
+            let fs = &c.spec.provisioning.filesystem_spec;
+            if !matches!(st.phase.as_str(), "located" | "provisioned") || fs.kind != "xfs" {
+                self.formatting.remove(id);
+                continue;
+            }
+            if let Some(e) = self.format_failed.get(id) {
+                st.phase = "failed".into();
+                st.error_message = e.clone();
+                continue;
+            }
+            let service = mkfs_service_id(id);
+            let mut just_formatted = false;
+            if let Some(f) = self.formatting.get(id).filter(|f| f.device == st.location) {
+                let run = services.get(&service);
+                match run.map(|r| r.state) {
+                    Some(ServiceState::Finished) | Some(ServiceState::Failed) => {
+                        let done = run.cloned().unwrap_or_default();
+                        let device = f.device.clone();
+                        self.formatting.remove(id);
+                        if done.state == ServiceState::Failed {
+                            let e = format!(
+                                "mkfs.xfs failed ({}{}): see `talosctl logs {service}`",
+                                done.last_exit,
+                                if done.message.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(", {}", done.message)
+                                }
+                            );
+                            tracing::warn!(volume = %id, %device, error = %e, "cannot format");
+                            self.format_failed.insert(id.clone(), e.clone());
+                            st.phase = "failed".into();
+                            st.error_message = e;
+                            continue;
+                        }
+                        // Probed below, under the lock again (released with the entry).
+                        just_formatted = true;
+                    }
+                    _ => {
+                        st.phase = "prepared".into();
+                        st.error_message = format!("formatting {} (xfs, {service})", f.device);
+                        mkfs.push(Resource::new(
+                            NAMESPACE,
+                            &service,
+                            mkfs_spec(&self.format, &fs.label, &f.device, st.size),
+                        ));
+                        continue;
+                    }
+                }
+            } else if services.get(&service).is_some_and(|r| {
+                matches!(
+                    r.state,
+                    ServiceState::Starting | ServiceState::Running | ServiceState::Stopping
+                )
+            }) {
+                // A format a previous life of blockd asked for: wait for it to end.
+                st.phase = "prepared".into();
+                st.error_message = format!("waiting for {service} (asked before a restart)");
+                again = true;
+                continue;
+            }
+            // Probe under the disk's exclusive lock: blank → format; the wanted filesystem
+            // (just formatted, or discovery not caught up) → ready.
+            let device = st.location.clone();
+            let disk = st.parent_location.clone();
+            let sector = disks
+                .iter()
+                .find(|d| d.dev_path == disk)
+                .map_or(512, |d| d.sector_size);
+            self.release_idle_locks();
+            let held = self.locks.contains_key(&disk);
+            let probed =
+                tokio::task::spawn_blocking(move || lock_and_probe(&disk, &device, sector, held))
+                    .await
+                    .map_err(|e| ReconcileError::other(format!("probing ended: {e}")))?;
+            match probed {
+                Err(e) => {
+                    st.error_message = format!("{}: {e}", st.location);
+                    again = true;
+                }
+                Ok((found, _)) if just_formatted && found.name != fs.kind => {
+                    st.phase = "failed".into();
+                    st.error_message = format!(
+                        "mkfs.xfs ended well but {} holds {:?}: see `talosctl logs {service}`",
+                        st.location, found.name
+                    );
+                    self.format_failed
+                        .insert(id.clone(), st.error_message.clone());
+                }
+                Ok((found, lock)) if found.name.is_empty() => {
+                    tracing::info!(volume = %id, device = %st.location, "formatting (xfs)");
+                    st.phase = "prepared".into();
+                    st.error_message = format!("formatting {} (xfs, {service})", st.location);
+                    mkfs.push(Resource::new(
+                        NAMESPACE,
+                        &service,
+                        mkfs_spec(&self.format, &fs.label, &st.location, st.size),
+                    ));
+                    if let Some(lock) = lock {
+                        self.locks.insert(st.parent_location.clone(), lock);
+                    }
+                    self.formatting.insert(
+                        id.clone(),
+                        Formatting {
+                            device: st.location.clone(),
+                            disk: st.parent_location.clone(),
+                        },
+                    );
+                }
+                Ok((found, _)) if found.name == fs.kind => {
+                    st.phase = "ready".into();
+                    st.error_message.clear();
+                    st.filesystem = found.name;
+                    st.uuid = found.uuid;
+                }
+                Ok((found, _)) => {
+                    st.phase = "failed".into();
+                    st.error_message = format!(
+                        "filesystem type mismatch: {} holds {}, the volume wants {} (it is never \
+                         reformatted)",
+                        st.location, found.name, fs.kind
+                    );
+                }
+            }
+        }
+        self.release_idle_locks();
+        ctx.apply_all(mkfs).await?;
+        ctx.apply_all(
+            statuses
+                .into_iter()
+                .map(|(id, st)| Resource::new(NAMESPACE, &id, st)),
+        )
+        .await?;
+        Ok(if again {
+            Action::RequeueAfter(RETRY)
+        } else {
+            Action::AwaitChange
+        })
     }
+}
+
+impl VolumeManagerController {
+    /// Drops the lock of every disk no format runs on any more.
+    fn release_idle_locks(&mut self) {
+        let busy: std::collections::BTreeSet<&String> =
+            self.formatting.values().map(|f| &f.disk).collect();
+        self.locks.retain(|disk, _| busy.contains(disk));
+    }
+}
+
+/// Takes `disk`'s exclusive lock (as every writer of it does) unless this blockd already
+/// `held` it, and probes `device`, one of its partitions, under it.
+fn lock_and_probe(
+    disk: &str,
+    device: &str,
+    sector_size: u64,
+    held: bool,
+) -> Result<
+    (
+        crate::probe::Found,
+        Option<nix::fcntl::Flock<std::fs::File>>,
+    ),
+    String,
+> {
+    let lock = if held {
+        None
+    } else {
+        let file = std::fs::File::open(disk).map_err(|e| format!("cannot open {disk}: {e}"))?;
+        Some(
+            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+                .map_err(|(_, e)| format!("cannot lock {disk}: {e}"))?,
+        )
+    };
+    let found = crate::probe::probe(std::path::Path::new(device), sector_size)
+        .map_err(|e| cosi::error::Chain(&e).to_string())?;
+    Ok((found, lock))
 }
 
 #[cfg(test)]
@@ -365,7 +831,7 @@ mod tests {
         );
         let st = status(eph, &found, std::slice::from_ref(&disk));
         assert_eq!(st.phase, "located");
-        assert!(st.error_message.contains("does not format"), "{st:?}");
+        assert!(st.error_message.contains("blank"), "{st:?}");
 
         let ext4 = vec![part("/dev/vda1", "STATE", "ext4")];
         let st = status(state, &ext4, &[]);

@@ -240,6 +240,25 @@ impl Loop {
             .then(|| Loop(String::from_utf8_lossy(&out.stdout).trim().to_string()))
     }
 
+    /// `size` bytes of `image` from `offset` as a loop device of its own.
+    fn attach_range(image: &Path, offset: u64, size: u64) -> Option<Loop> {
+        let out = Command::new("losetup")
+            .args([
+                "-f",
+                "--show",
+                "-o",
+                &offset.to_string(),
+                "--sizelimit",
+                &size.to_string(),
+            ])
+            .arg(image)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| Loop(String::from_utf8_lossy(&out.stdout).trim().to_string()))
+    }
+
     fn name(&self) -> &str {
         self.0.trim_start_matches("/dev/")
     }
@@ -294,6 +313,7 @@ async fn blockd_describes_a_loop_disk_and_discovers_its_partitions() {
         sys_block: sys.clone(),
         dev: PathBuf::from("/dev"),
         any_mode: true,
+        format: blockd::volumes::FormatOptions::default(),
     };
     let runtime = cosi::Runtime::with_registry(
         client.clone(),
@@ -404,12 +424,16 @@ async fn blockd_describes_a_loop_disk_and_discovers_its_partitions() {
         assert!(Instant::now() < deadline, "still {p2:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // EPHEMERAL is then blank: located, not formatted (blockd does not format yet).
+    // EPHEMERAL is then blank: located, not formatted (the machine is not configured: its
+    // stage is not running, and blockd writes no disk before).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let e = status("EPHEMERAL").await;
         if let Some(e) = e.as_ref().filter(|e| e.phase == "located") {
-            assert!(e.error_message.contains("does not format"), "{e:?}");
+            assert!(
+                e.error_message.contains("once the machine is configured"),
+                "{e:?}"
+            );
             assert_eq!(e.filesystem, "");
             break;
         }
@@ -628,4 +652,303 @@ fn sfdisk(path: &Path) -> Table {
     serde_json::from_slice::<Doc>(&out.stdout)
         .unwrap_or_else(|e| panic!("sfdisk --json {}: {e}", path.display()))
         .partitiontable
+}
+
+/// The volume manager on a blank loop disk of a configured VM: nothing written while the
+/// machine is not configured; then a GPT with STATE and EPHEMERAL (the kernel re-reads it), and
+/// a mkfs.xfs service asked for each. The test runs each requested mkfs as init would (the
+/// spec's own binary and arguments; init's sandboxing of it is tested in the VM) and reports it
+/// finished: both volumes are then ready, with the UUIDs blkid reads. A second blockd adopts
+/// them: nothing is formatted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_loop_disk_gets_the_system_volumes_only_once_configured() {
+    use machinery::resources::block::{VolumeStatusSpec, NAMESPACE};
+    use machinery::resources::runtime::{
+        MachineStage, MachineStatusSpec, ServiceSpecSpec, ServiceState, ServiceStatusSpec,
+        UnitKind, MACHINE_STATUS_ID, NAMESPACE as RUNTIME,
+    };
+    if !testkit::require_root("it attaches a loop device") || !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("disk.img");
+    sparse(&img, 3 * 1024 * MIB);
+    let Some(dev) = Loop::attach(&img) else {
+        testkit::skip("no loop device could be attached (losetup -f)");
+        return;
+    };
+    let name = dev.name().to_string();
+    let sys = d.path().join("sys-block");
+    std::fs::create_dir(&sys).unwrap();
+    std::os::unix::fs::symlink(Path::new("/sys/block").join(&name), sys.join(&name)).unwrap();
+    // The test's own /dev (this host's /dev has no nodes for loop partitions): the nodes of
+    // the disk and of the partitions the kernel lists, made as devtmpfs makes them.
+    let devdir = d.path().join("dev");
+    std::fs::create_dir(&devdir).unwrap();
+    let nodes = {
+        let devdir = devdir.clone();
+        let name = name.clone();
+        move || {
+            let sysdisk = Path::new("/sys/block").join(&name);
+            let mut names = vec![name.clone()];
+            for e in std::fs::read_dir(&sysdisk).unwrap().flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with(&name) {
+                    names.push(n);
+                }
+            }
+            for n in names {
+                let node = devdir.join(&n);
+                let sysdev = if n == name {
+                    sysdisk.join("dev")
+                } else {
+                    sysdisk.join(&n).join("dev")
+                };
+                if node.exists() {
+                    continue;
+                }
+                let Ok(mm) = std::fs::read_to_string(&sysdev) else {
+                    continue;
+                };
+                let (maj, min) = mm.trim().split_once(':').unwrap();
+                run(Command::new("mknod").arg(&node).args(["b", maj, min]));
+            }
+        }
+    };
+    nodes();
+
+    let harness = stated::testing::Harness::start().await;
+    let client = harness.client.clone();
+    client
+        .define_types(&machinery::resources::block::definitions(), "blockd")
+        .await
+        .unwrap();
+    client
+        .define_types(&machinery::resources::runtime::definitions(), "init")
+        .await
+        .unwrap();
+    let machine = |stage| {
+        cosi::Resource::new(
+            RUNTIME,
+            MACHINE_STATUS_ID,
+            MachineStatusSpec {
+                mode: "vm".into(),
+                stage,
+                ..Default::default()
+            },
+        )
+        .to_raw()
+        .unwrap()
+    };
+    client
+        .create(&machine(MachineStage::Maintenance), "")
+        .await
+        .unwrap();
+    let mkfs = PathBuf::from("/usr/sbin/mkfs.xfs");
+    let options = blockd::controllers::Options {
+        sys_block: sys.clone(),
+        dev: devdir.clone(),
+        any_mode: true,
+        format: blockd::volumes::FormatOptions {
+            mkfs_xfs: mkfs.clone(),
+            uid: 1_990_001_500,
+        },
+    };
+    let start = |client: cosi::Client| {
+        let runtime =
+            cosi::Runtime::with_registry(client, blockd::controllers::registry(&options).unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move { runtime.run(stopped).await.expect("runtime") });
+        (stop, task)
+    };
+    let (stop, task) = start(client.clone());
+    let statuses = || {
+        let client = client.clone();
+        async move {
+            client
+                .list_typed::<VolumeStatusSpec>(NAMESPACE)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| (r.metadata.id.clone(), r.spec))
+                .collect::<BTreeMap<String, VolumeStatusSpec>>()
+        }
+    };
+    let wait = |what: &'static str, ok: fn(&BTreeMap<String, VolumeStatusSpec>) -> bool| async move {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = statuses().await;
+            if ok(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{what}: {s:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // In maintenance: missing, said why, and the disk untouched.
+    let s = wait("missing in maintenance", |s| {
+        s.len() == 2 && s.values().all(|v| v.phase == "missing")
+    })
+    .await;
+    assert!(
+        s["STATE"]
+            .error_message
+            .contains("before the machine is configured"),
+        "{s:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let head = std::fs::read(&img).unwrap();
+    assert!(
+        head[..2 * MIB as usize].iter().all(|&b| b == 0),
+        "the disk was written in maintenance"
+    );
+
+    // Configured: partitioned, and a mkfs service asked for each volume.
+    let current = client
+        .get(
+            RUNTIME,
+            <MachineStatusSpec as cosi::ResourceSpec>::TYPE,
+            MACHINE_STATUS_ID,
+        )
+        .await
+        .unwrap();
+    let mut running = machine(MachineStage::Running);
+    running.metadata.version = current.metadata.version;
+    client.update(&running, "", None).await.unwrap();
+    wait("partitioned", |s| {
+        s.len() == 2 && s.values().all(|v| !v.partition_uuid.is_empty())
+    })
+    .await;
+    // The partitions' devices: the kernel's where it makes them for a loop device (BLKRRPART,
+    // asked by blockd); on hosts where it does not, each partition's range of the image as a
+    // loop device of its own under the partition's name (what the kernel would give).
+    let table = sfdisk(&img);
+    let mut part_loops = Vec::new();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if Path::new("/sys/block")
+        .join(&name)
+        .join(format!("{name}p2"))
+        .exists()
+    {
+        nodes();
+    } else {
+        for (i, p) in table.partitions.iter().enumerate() {
+            let l = Loop::attach_range(&img, p.start * 512, p.size * 512)
+                .expect("a loop device for a partition");
+            let mm = std::fs::read_to_string(Path::new("/sys/block").join(l.name()).join("dev"))
+                .unwrap();
+            let (maj, min) = mm.trim().split_once(':').unwrap();
+            run(Command::new("mknod")
+                .arg(devdir.join(format!("{name}p{}", i + 1)))
+                .args(["b", maj, min]));
+            part_loops.push(l);
+        }
+    }
+    let s = wait("formatting", |s| {
+        s.len() == 2 && s.values().all(|v| v.phase == "prepared")
+    })
+    .await;
+    let part = |i: u32| {
+        devdir
+            .join(format!("{name}p{i}"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    assert_eq!(s["STATE"].location, part(1), "{s:?}");
+    assert_eq!(s["EPHEMERAL"].location, part(2), "{s:?}");
+    let names: Vec<&str> = table.partitions.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["STATE", "EPHEMERAL"]);
+    let specs: BTreeMap<String, ServiceSpecSpec> = client
+        .list_typed::<ServiceSpecSpec>(NAMESPACE)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.metadata.id.clone(), r.spec))
+        .collect();
+    assert_eq!(
+        specs.keys().collect::<Vec<_>>(),
+        ["mkfs-ephemeral", "mkfs-state"]
+    );
+    let state = &specs["mkfs-state"];
+    assert_eq!(state.binary, mkfs.to_string_lossy());
+    assert_eq!(
+        state.args,
+        ["-n", "ftype=1", "-L", "STATE", "--unsupported", &part(1)]
+    );
+    assert!(!state.args.iter().any(|a| a == "-f"), "never forced");
+    assert!(!state.restart && state.seccomp_profile == "mkfs");
+    assert!(
+        state
+            .paths
+            .iter()
+            .any(|p| p.path == part(1) && p.access == "read-write"),
+        "{state:?}"
+    );
+    assert!(
+        !state
+            .paths
+            .iter()
+            .any(|p| p.access == "read-write" && p.path != part(1)),
+        "only its partition is writable: {state:?}"
+    );
+    // As init: run each, report it finished.
+    for (id, spec) in &specs {
+        let out = Command::new(&spec.binary)
+            .args(&spec.args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{id}: {out:?}");
+        let st = cosi::Resource::new(
+            RUNTIME,
+            id,
+            ServiceStatusSpec {
+                kind: UnitKind::Service,
+                requested_by: "blockd".into(),
+                state: ServiceState::Finished,
+                last_exit: "exit 0".into(),
+                ..Default::default()
+            },
+        );
+        client.create(&st.to_raw().unwrap(), "").await.unwrap();
+    }
+    let s = wait("ready", |s| {
+        s.len() == 2 && s.values().all(|v| v.phase == "ready")
+    })
+    .await;
+    for (p, id) in table.partitions.iter().zip(["STATE", "EPHEMERAL"]) {
+        let b = blkid(&img, p.start * 512);
+        assert_eq!(b["TYPE"], "xfs", "{b:?}");
+        assert_eq!(b["LABEL"], id, "{b:?}");
+        assert_eq!(b["UUID"], s[id].uuid, "{b:?} vs {s:?}");
+    }
+    // The services are withdrawn once done.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !client
+        .list_typed::<ServiceSpecSpec>(NAMESPACE)
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "mkfs specs left behind");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(());
+    task.await.unwrap();
+
+    // Another blockd (a restart): the same volumes, ready, nothing asked to be formatted.
+    let (stop, task) = start(client.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = wait("ready again", |s| {
+        s.len() == 2 && s.values().all(|v| v.phase == "ready")
+    })
+    .await;
+    assert_eq!(again["STATE"].uuid, s["STATE"].uuid);
+    assert_eq!(again["EPHEMERAL"].uuid, s["EPHEMERAL"].uuid);
+    assert!(client
+        .list_typed::<ServiceSpecSpec>(NAMESPACE)
+        .await
+        .unwrap()
+        .is_empty());
+    let _ = stop.send(());
+    task.await.unwrap();
 }

@@ -136,6 +136,12 @@ impl Applier {
         })
     }
 
+    /// Holds the config writer's lock: no configuration is written until the guard is dropped
+    /// (STATE taking over stated's directory).
+    pub async fn hold(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.busy.lock().await
+    }
+
     /// The end of the boot: Running with a configuration, else Maintenance (decided under the
     /// apply lock, so that an apply cannot slip between the check and the stage). A stated that
     /// does not answer counts as configured: the maintenance API is never opened on a doubt.

@@ -11,7 +11,7 @@
 //! - `runtime.KernelModuleConfigController`, `runtime.KernelModuleSpecController`,
 //!   `runtime.LoadedKernelModuleController`: the node's kernel modules (the image's boot
 //!   modules and `machine.kernel.modules`), loaded in a VM, and what the kernel has loaded.
-//! - `runtime.BlockDeviceAccessController`: a VM's block device nodes readable by blockd.
+//! - `runtime.BlockDeviceAccessController`: a VM's block device nodes given to blockd's group.
 //! - `config.RedactController`: every `MachineConfig` of `config` copied to `config-redacted`
 //!   with its secrets redacted ([`machinery::config::Config::redact`]): what networkd (and
 //!   every daemon but the key holders) reads, so that no key leaves `config`.
@@ -558,9 +558,9 @@ impl Controller for LoadedKernelModuleController {
 /// How often [`BlockDeviceAccessController`] looks for new block devices.
 pub const DEVICE_RESYNC: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// `runtime.BlockDeviceAccessController` (a VM's init only): gives blockd read access to the
-/// block device nodes (`root:<blockd's gid>`, mode 0640), as udev gives them to its `disk`
-/// group: blockd needs no capability to probe them, and no other daemon can read them. Nodes
+/// `runtime.BlockDeviceAccessController` (a VM's init only): gives blockd the block device
+/// nodes (`root:<blockd's gid>`, mode 0660), as udev gives them to its `disk` group: blockd
+/// needs no capability to probe and partition them, and no other daemon can open them. Nodes
 /// that appear later (a disk attached, partitions re-read) are given it within
 /// [`DEVICE_RESYNC`]. Only block devices are touched, never through a symlink.
 pub struct BlockDeviceAccessController {
@@ -606,14 +606,14 @@ impl Controller for BlockDeviceAccessController {
             if !meta.file_type().is_block_device() {
                 continue;
             }
-            if meta.gid() == self.gid && meta.permissions().mode() & 0o7777 == 0o640 {
+            if meta.gid() == self.gid && meta.permissions().mode() & 0o7777 == 0o660 {
                 continue;
             }
             let result = std::os::unix::fs::lchown(&path, None, Some(self.gid)).and_then(|()| {
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640))
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
             });
             match result {
-                Ok(()) => tracing::debug!(device = %path.display(), "readable by blockd"),
+                Ok(()) => tracing::debug!(device = %path.display(), "given to blockd"),
                 Err(e) => failed.push(format!("{}: {e}", path.display())),
             }
         }

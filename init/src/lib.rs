@@ -38,6 +38,7 @@ pub mod services;
 pub mod supervisor;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod volumes;
 
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
@@ -131,6 +132,10 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
     let manifest_file = init_dir.join("daemons.yaml");
     write_readonly(&manifest_file, &manifest.text).map_err(prepare_error(&manifest_file))?;
 
+    // A VM's STATE (stated's durable namespaces) before the daemons' directories are made.
+    if config.mode == Mode::Vm && paths.root == Path::new("/") {
+        let _ = tokio::task::spawn_blocking(volumes::mount_state_early).await;
+    }
     let mut held: Vec<(String, Arc<OwnedFd>)> = Vec::new();
     for d in &manifest.daemons {
         for dir in &d.dirs {
@@ -349,6 +354,12 @@ async fn boot(
                 dev: PathBuf::from("/dev"),
             }));
         }
+        register(runtime.register(volumes::SystemVolumeMountController {
+            applier: applier.clone(),
+            supervisor: supervisor.clone(),
+            broker: broker.name.clone(),
+            said: Default::default(),
+        }));
         register(runtime.register(controllers::KernelModuleSpecController::new(first)));
         register(runtime.register(controllers::LoadedKernelModuleController));
     }

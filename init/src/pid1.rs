@@ -134,6 +134,7 @@ pub fn finish(mode: Mode, action: PowerAction) -> u8 {
             PowerAction::Reboot => REBOOT_EXIT,
         };
     }
+    crate::volumes::unmount_all();
     nix::unistd::sync();
     let how = match action {
         PowerAction::PowerOff => nix::sys::reboot::RebootMode::RB_POWER_OFF,

@@ -244,7 +244,13 @@ pub struct Inputs {
     /// with `modules.dep`): the image then carries the modules of `etc/kernel-modules.conf`
     /// and what they need, and the kernel is copied beside the image for VMs.
     pub kernel: Option<PathBuf>,
+    /// Programs of the build machine the image carries in `/usr/bin` with their libraries
+    /// ([`TOOLS`]: mkfs.xfs, which blockd asks init to run to format a system volume).
+    pub tools: Vec<PathBuf>,
 }
+
+/// The build machine's programs every image carries (Debian's xfsprogs: `install-deps.sh`).
+pub const TOOLS: &[&str] = &["/usr/sbin/mkfs.xfs"];
 
 impl Inputs {
     /// The image's programs from `bin_dir`, with this workspace's manifest and profiles.
@@ -255,6 +261,7 @@ impl Inputs {
             source: source_dir(),
             epoch,
             kernel: None,
+            tools: TOOLS.iter().map(PathBuf::from).collect(),
         }
     }
 }
@@ -347,8 +354,24 @@ pub fn plan(inputs: &Inputs) -> Result<Image, Error> {
 
     let mut libraries: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut interpreter: Option<String> = None;
-    for program in &inputs.programs {
-        let path = inputs.bin_dir.join(program);
+    let programs = inputs
+        .programs
+        .iter()
+        .map(|p| (p.clone(), inputs.bin_dir.join(p)))
+        .chain(inputs.tools.iter().map(|t| {
+            let name = t
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (name, t.clone())
+        }));
+    for (program, path) in programs {
+        if !path.exists() && inputs.tools.contains(&path) {
+            return Err(Error::Invalid(format!(
+                "{} is not on this machine (Debian's xfsprogs: scripts/install-deps.sh)",
+                path.display()
+            )));
+        }
         let data = std::fs::read(&path).map_err(read_error(&path))?;
         let info = elf::inspect(&data).map_err(|e| {
             Error::Invalid(format!("{} is not an ELF executable: {e}", path.display()))

@@ -26,6 +26,10 @@ struct Args {
     /// the image carries its boot modules and DIR/vmlinuz is copied to OUT/vmlinuz.
     #[arg(long, value_name = "DIR")]
     kernel: Option<PathBuf>,
+    /// Programs of this machine to carry in /usr/bin with their libraries (mkfs.xfs, which
+    /// blockd asks init to run to format a system volume; Debian's xfsprogs).
+    #[arg(long, value_delimiter = ',', default_values_t = rootfs::TOOLS.iter().map(|p| p.to_string()))]
+    tools: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         source: args.source.unwrap_or_else(rootfs::source_dir),
         epoch,
         kernel: args.kernel,
+        tools: args.tools.into_iter().map(PathBuf::from).collect(),
     };
     match rootfs::build(&inputs, &args.out) {
         Ok(r) => {

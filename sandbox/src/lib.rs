@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod block;
 pub mod capset;
 pub mod daemon;
 pub mod landlock;

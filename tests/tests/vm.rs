@@ -379,6 +379,17 @@ const LINKS_PATCH: &str = r#"machine:
 "#;
 
 /// `talosctl get links -o json` of the cluster's node: each link's spec by name.
+/// `sfdisk --json` of a disk image, from the host.
+fn sfdisk_json(disk: &Path) -> serde_json::Value {
+    let out = Command::new("sfdisk")
+        .arg("--json")
+        .arg(disk)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sfdisk --json: {out:?}");
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["partitiontable"].clone()
+}
+
 fn links(cluster: &node_tests::Cluster) -> std::collections::BTreeMap<String, serde_json::Value> {
     let out = cluster.talosctl(&["get", "links", "-o", "json"]);
     assert!(
@@ -450,7 +461,7 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         .arg("--memory")
         .arg("1024")
         .arg("--disk")
-        .arg("2048")
+        .arg("3072")
         .arg("--vmlinuz-path")
         .arg(&kernel.to_string_lossy())
         .arg("--initrd-path")
@@ -483,9 +494,12 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         .join(&node.name)
         .join("disk.raw");
     let meta = std::fs::metadata(&disk).unwrap();
-    assert_eq!(meta.len(), 2048 * 1024 * 1024);
+    assert_eq!(meta.len(), 3072 * 1024 * 1024);
     use std::os::unix::fs::MetadataExt as _;
-    assert!(meta.blocks() * 512 < 1024 * 1024, "the disk is sparse");
+    assert!(
+        meta.blocks() * 512 < 512 * 1024 * 1024,
+        "the disk is sparse"
+    );
 
     // Through apid (the node's published port): the VM's own kernel made the links.
     let version = node_tests::text(&cluster.talosctl(&["get", "machinestatus", "-o", "yaml"]));
@@ -499,21 +513,93 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         || links_converged(&cluster),
     );
 
-    // blockd: the VM's blank virtio disk.
+    // blockd: the VM's blank virtio disk, partitioned and formatted once the node is
+    // configured (STATE, EPHEMERAL), and init mounts them.
     let disks = wait_for("the VM's disk", Duration::from_secs(60), || {
         let out = node_tests::text(&cluster.talosctl(&["get", "disks"]));
         out.lines()
             .any(|l| l.split_whitespace().nth(3) == Some("vda"))
             .then_some(out)
     });
-    assert!(disks.contains("2.1 GB"), "{disks}");
+    assert!(disks.contains("3.2 GB"), "{disks}");
     let old = node_tests::text(&cluster.talosctl(&["disks"]));
     assert!(
         old.lines()
-            .any(|l| l.contains("/dev/vda") && l.contains("2.1 GB")),
+            .any(|l| l.contains("/dev/vda") && l.contains("3.2 GB")),
         "{old}"
     );
-    // blockd restarted in place re-adopts what it wrote: the disk's resource is not rewritten.
+    let volumes = wait_for(
+        "STATE and EPHEMERAL ready",
+        Duration::from_secs(120),
+        || {
+            let out = cluster.talosctl(&["get", "volumestatuses", "-o", "json"]);
+            let v = specs_by_id(&out.stdout);
+            (v.len() == 2 && v.values().all(|s| s["phase"] == "ready")).then_some(v)
+        },
+    );
+    assert_eq!(volumes["STATE"]["location"], "/dev/vda1", "{volumes:?}");
+    assert_eq!(volumes["EPHEMERAL"]["location"], "/dev/vda2", "{volumes:?}");
+    let uuids: Vec<String> = ["STATE", "EPHEMERAL"]
+        .iter()
+        .map(|v| volumes[*v]["uuid"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(uuids.iter().all(|u| u.len() == 36), "{volumes:?}");
+    // Checked from the host, on the image itself: a GPT with both, xfs on each, the UUIDs
+    // blockd reports.
+    let table = sfdisk_json(&disk);
+    let names: Vec<&str> = table["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["STATE", "EPHEMERAL"], "{table}");
+    for (i, p) in table["partitions"].as_array().unwrap().iter().enumerate() {
+        let offset = p["start"].as_u64().unwrap() * 512;
+        let blkid = Command::new("blkid")
+            .args(["-p", "-o", "export", "-O", &offset.to_string()])
+            .arg(&disk)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&blkid.stdout);
+        assert!(out.contains("TYPE=xfs"), "{out}");
+        assert!(
+            out.contains(&format!("UUID={}", uuids[i])),
+            "{out} vs {uuids:?}"
+        );
+        assert!(out.contains(&format!("LABEL={}", names[i])), "{out}");
+    }
+    let mounted = wait_for("the mount statuses", Duration::from_secs(60), || {
+        let out = cluster.talosctl(&["get", "mountstatuses", "-o", "json"]);
+        let v = specs_by_id(&out.stdout);
+        (v.len() == 2).then_some(v)
+    });
+    assert_eq!(mounted["STATE"]["target"], "/system/state", "{mounted:?}");
+    assert_eq!(mounted["STATE"]["source"], "/dev/vda1", "{mounted:?}");
+    assert_eq!(mounted["EPHEMERAL"]["target"], "/var", "{mounted:?}");
+    assert_eq!(mounted["EPHEMERAL"]["filesystem"], "xfs", "{mounted:?}");
+    let mount_table = || {
+        let out = node_tests::text(&cluster.talosctl(&["mounts"]));
+        let mut l: Vec<String> = out
+            .lines()
+            .filter(|l| l.contains("/dev/vd"))
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                format!("{} {}", w[1], w[w.len() - 1])
+            })
+            .collect();
+        l.sort();
+        l
+    };
+    let before_restart = mount_table();
+    assert_eq!(
+        before_restart,
+        ["/dev/vda1 /system/state", "/dev/vda2 /var"],
+        "{before_restart:?}"
+    );
+
+    // blockd restarted in place re-adopts what it wrote: the disk's resource is not rewritten,
+    // no mount changes, nothing is formatted again.
     let version = |out: &std::process::Output| -> Option<u64> {
         serde_json::from_slice::<serde_json::Value>(&out.stdout)
             .ok()?
@@ -537,18 +623,24 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         Some(disk_version),
         "blockd rewrote vda after its restart"
     );
-
-    let vs = node_tests::text(&cluster.talosctl(&["get", "volumestatuses"]));
-    assert!(
-        vs.lines()
-            .filter(|l| l.contains("missing") && (l.contains("STATE") || l.contains("EPHEMERAL")))
-            .count()
-            == 2,
-        "a blank disk: both system volumes missing: {vs}"
+    assert_eq!(
+        mount_table(),
+        before_restart,
+        "a mount changed with blockd's restart"
     );
-    let dv =
-        node_tests::text(&cluster.talosctl(&["get", "discoveredvolumes", "vda", "-o", "yaml"]));
-    assert!(dv.contains("type: disk") && dv.contains("name: ''"), "{dv}");
+    let again = specs_by_id(
+        &cluster
+            .talosctl(&["get", "volumestatuses", "-o", "json"])
+            .stdout,
+    );
+    for (i, v) in ["STATE", "EPHEMERAL"].iter().enumerate() {
+        assert_eq!(again[*v]["phase"], "ready", "{again:?}");
+        assert_eq!(
+            again[*v]["uuid"].as_str(),
+            Some(uuids[i].as_str()),
+            "{again:?}"
+        );
+    }
 
     // The VM's mounts, measured by its init, through apid.
     let mounts = node_tests::text(&cluster.talosctl(&["mounts"]));
@@ -608,6 +700,28 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         String::from_utf8_lossy(&stolen.stdout)
     );
 
+    // Removed from the config: removed from the kernel (and, below, still removed after a
+    // reboot: the configuration is kept on STATE).
+    let out = cluster.talosctl(&[
+        "patch",
+        "machineconfig",
+        "-p",
+        r#"[{"op":"remove","path":"/machine/network/interfaces/4"},
+            {"op":"remove","path":"/machine/network/interfaces/3"},
+            {"op":"remove","path":"/machine/network/interfaces/2"},
+            {"op":"remove","path":"/machine/network/interfaces/1"},
+            {"op":"remove","path":"/machine/network/interfaces/0/vlans"}]"#,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("the links removed", Duration::from_secs(60), || {
+        let l = links(&cluster);
+        (l.contains_key("eth0") && l.len() == 2).then_some(())
+    });
+
     // A reboot comes back as the same VM (same qemu), configured and converged again.
     let out = cluster.talosctl(&["reboot"]);
     assert!(
@@ -635,30 +749,53 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         Some(qemu),
         "the same qemu"
     );
-    wait_for("the links again", Duration::from_secs(60), || {
-        links_converged(&cluster)
-    });
-
-    // Removed from the config: removed from the kernel.
-    let out = cluster.talosctl(&[
-        "patch",
-        "machineconfig",
-        "-p",
-        r#"[{"op":"remove","path":"/machine/network/interfaces/4"},
-            {"op":"remove","path":"/machine/network/interfaces/3"},
-            {"op":"remove","path":"/machine/network/interfaces/2"},
-            {"op":"remove","path":"/machine/network/interfaces/1"},
-            {"op":"remove","path":"/machine/network/interfaces/0/vlans"}]"#,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // The configuration came back from STATE, patch included (the configuration server
+    // still serves the first one, with the links): the links stay removed.
+    wait_for(
+        "the network after the reboot",
+        Duration::from_secs(60),
+        || {
+            let l = links(&cluster);
+            (l.contains_key("eth0") && l.len() == 2).then_some(())
+        },
     );
-    wait_for("the links removed", Duration::from_secs(60), || {
-        let l = links(&cluster);
-        (l.contains_key("eth0") && l.len() == 2).then_some(())
+    let config = node_tests::text(&cluster.talosctl(&["get", "machineconfig", "-o", "yaml"]));
+    assert!(
+        !config.contains("bond0") && !config.contains("dummy0"),
+        "{config}"
+    );
+    // The second boot adopted the layout: same filesystems (UUIDs), mounted again.
+    let after = wait_for(
+        "STATE and EPHEMERAL ready again",
+        Duration::from_secs(120),
+        || {
+            let out = cluster.talosctl(&["get", "volumestatuses", "-o", "json"]);
+            let v = specs_by_id(&out.stdout);
+            (v.len() == 2 && v.values().all(|s| s["phase"] == "ready")).then_some(v)
+        },
+    );
+    for (i, v) in ["STATE", "EPHEMERAL"].iter().enumerate() {
+        assert_eq!(
+            after[*v]["uuid"].as_str(),
+            Some(uuids[i].as_str()),
+            "reformatted: {after:?}"
+        );
+    }
+    wait_for("the mounts again", Duration::from_secs(60), || {
+        (mount_table() == before_restart).then_some(())
     });
+    let console = std::fs::read_to_string(
+        cluster
+            .cluster_dir()
+            .join("nodes")
+            .join(&node.name)
+            .join("console.log"),
+    )
+    .unwrap_or_default();
+    assert!(
+        console.contains("STATE mounted at /system/state"),
+        "{console}"
+    );
 
     // Destroy leaves nothing: no qemu, no namespace (with its tap and bridge), no file.
     let out = cluster.destroy();

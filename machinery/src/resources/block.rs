@@ -306,6 +306,53 @@ impl ResourceSpec for VolumeStatusSpec {
 /// A `VolumeStatus` resource.
 pub type VolumeStatus = Resource<VolumeStatusSpec>;
 
+/// What a mounted volume's mount asked for (upstream's `MountRequestSpec`, as far as a system
+/// volume needs it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MountRequestSpec {
+    /// The volume.
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    /// Who asked for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requesters: Vec<String>,
+}
+
+/// A mounted volume (upstream's `MountStatus`). ID: the volume's. Written by init, which mounts
+/// (blockd, under landlock, cannot), in init's namespace `runtime` (upstream's too).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MountStatusSpec {
+    /// What was asked.
+    pub spec: MountRequestSpec,
+    /// The device (`/dev/vda1`).
+    pub source: String,
+    /// The mount point.
+    pub target: String,
+    /// The filesystem type.
+    pub filesystem: String,
+    /// Mounted read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+impl ResourceSpec for MountStatusSpec {
+    const TYPE: &'static str = "MountStatuses.block.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = crate::resources::runtime::NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, crate::resources::runtime::NAMESPACE).with_columns(&[
+            ("Source", "{.source}"),
+            ("Target", "{.target}"),
+            ("Filesystem", "{.filesystem}"),
+        ])
+    }
+}
+
+/// A `MountStatus` resource.
+pub type MountStatus = Resource<MountStatusSpec>;
+
 /// `humanize.Bytes` of upstream (decimal units, one decimal under 10): `2.1 GB`, `512 MB`.
 pub fn pretty_size(bytes: u64) -> String {
     const UNITS: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];

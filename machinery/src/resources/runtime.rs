@@ -441,5 +441,7 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         ServiceSpecSpec::definition(),
         DaemonSecuritySpec::definition(),
         MachineStatusSpec::definition(),
+        // init mounts the volumes blockd prepares (a block type, in `runtime` as upstream).
+        crate::resources::block::MountStatusSpec::definition(),
     ]
 }

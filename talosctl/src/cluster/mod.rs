@@ -414,8 +414,12 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
         if !(1..=64).contains(&args.cpus) {
             anyhow::bail!("--cpus {}: 1 to 64", args.cpus);
         }
-        if args.disk < 1024 {
-            anyhow::bail!("--disk {}: a VM's disk needs at least 1024 MiB", args.disk);
+        if args.disk < 2200 {
+            anyhow::bail!(
+                "--disk {}: a VM's disk needs at least 2200 MiB (STATE 100 MiB and EPHEMERAL \
+                 2 GiB at least)",
+                args.disk
+            );
         }
         for f in [&vm_files(args, &image).0, &vm_files(args, &image).1] {
             if !f.is_file() {
