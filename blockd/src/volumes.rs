@@ -500,6 +500,9 @@ impl Controller for VolumeManagerController {
             .await?
             .is_some_and(|m| m.spec.stage == MachineStage::Running);
         if !configured {
+            // A format under way ends with its service (withdrawn below): its lock goes too.
+            self.formatting.clear();
+            self.release_idle_locks();
             for (_, st) in &mut statuses {
                 match st.phase.as_str() {
                     "missing" => {
@@ -667,12 +670,22 @@ impl Controller for VolumeManagerController {
             } else if services.get(&service).is_some_and(|r| {
                 matches!(
                     r.state,
-                    ServiceState::Starting | ServiceState::Running | ServiceState::Stopping
+                    ServiceState::Waiting
+                        | ServiceState::Starting
+                        | ServiceState::Running
+                        | ServiceState::Stopping
                 )
             }) {
-                // A format a previous life of blockd asked for: wait for it to end.
+                // A format a previous life of blockd asked for (killed meanwhile, its lock
+                // gone with it): the spec is kept (withdrawing it would stop mkfs half-way)
+                // and its end awaited; the probe after it decides.
                 st.phase = "prepared".into();
                 st.error_message = format!("waiting for {service} (asked before a restart)");
+                mkfs.push(Resource::new(
+                    NAMESPACE,
+                    &service,
+                    mkfs_spec(&self.format, &fs.label, &st.location, st.size),
+                ));
                 again = true;
                 continue;
             }

@@ -891,6 +891,41 @@ async fn a_blank_loop_disk_gets_the_system_volumes_only_once_configured() {
             .any(|p| p.access == "read-write" && p.path != part(1)),
         "only its partition is writable: {state:?}"
     );
+    // blockd dies while mkfs runs (as init shows it, running): another blockd keeps the
+    // services asked (withdrawing them would stop mkfs half-way) and waits for their end.
+    for id in specs.keys() {
+        let st = cosi::Resource::new(
+            RUNTIME,
+            id,
+            ServiceStatusSpec {
+                kind: UnitKind::Service,
+                requested_by: "blockd".into(),
+                state: ServiceState::Running,
+                pid: 1,
+                ..Default::default()
+            },
+        );
+        client.create(&st.to_raw().unwrap(), "").await.unwrap();
+    }
+    task.abort();
+    let _ = task.await;
+    drop(stop);
+    let (stop, task) = start(client.clone());
+    let s = wait("waiting after a restart", |s| {
+        s.len() == 2
+            && s.values()
+                .all(|v| v.phase == "prepared" && v.error_message.contains("before a restart"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kept: Vec<String> = client
+        .list_typed::<ServiceSpecSpec>(NAMESPACE)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.metadata.id.clone())
+        .collect();
+    assert_eq!(kept, ["mkfs-ephemeral", "mkfs-state"], "{s:?}");
     // As init: run each, report it finished.
     for (id, spec) in &specs {
         let out = Command::new(&spec.binary)
@@ -898,7 +933,7 @@ async fn a_blank_loop_disk_gets_the_system_volumes_only_once_configured() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{id}: {out:?}");
-        let st = cosi::Resource::new(
+        let mut st = cosi::Resource::new(
             RUNTIME,
             id,
             ServiceStatusSpec {
@@ -908,8 +943,16 @@ async fn a_blank_loop_disk_gets_the_system_volumes_only_once_configured() {
                 last_exit: "exit 0".into(),
                 ..Default::default()
             },
-        );
-        client.create(&st.to_raw().unwrap(), "").await.unwrap();
+        )
+        .to_raw()
+        .unwrap();
+        st.metadata.version = client
+            .get(RUNTIME, <ServiceStatusSpec as cosi::ResourceSpec>::TYPE, id)
+            .await
+            .unwrap()
+            .metadata
+            .version;
+        client.update(&st, "", None).await.unwrap();
     }
     let s = wait("ready", |s| {
         s.len() == 2 && s.values().all(|v| v.phase == "ready")
