@@ -5,7 +5,8 @@
 #     "every daemon is ready uptime=…" (both on the kernel's clock since boot);
 #   - whole boot: qemu started → the node ready as `cluster create` sees it (config fetched
 #     over HTTP, DHCP lease, every daemon healthy through apid);
-#   - reboot → ready again: `talosctl reboot` → MachineStatus running and ready;
+#   - reboot → ready again: `talosctl reboot` (once STATE is mounted: the configuration is on
+#     disk) → MachineStatus running and ready;
 # and the initramfs's size. Uses the release image (rootfs/kernel.sh && rootfs/build.sh).
 #
 #   scripts/bench-vm.sh [ROUNDS] [ACCEL]       e.g. scripts/bench-vm.sh 5 tcg
@@ -35,6 +36,10 @@ for r in $(seq 1 "$rounds"); do
 	ready="$(sed -n 's/^\[ *\([0-9.]*\)s\] .*: ready$/\1/p' "$work/create.err")"
 	handoff="$(sed 's/\x1b\[[0-9;]*m//g' "$console" | sed -n 's/^\[ *\([0-9.]*\)\] Run \/init as init process.*/\1/p' | head -1)"
 	daemons="$(sed 's/\x1b\[[0-9;]*m//g' "$console" | sed -n 's/.*every daemon is ready.*uptime=\([0-9.]*\)s.*/\1/p' | head -1)"
+	# The first boot partitions and formats the disk once configured: reboot once STATE
+	# holds the configuration (a reboot during the format boots to maintenance again and
+	# fetches the configuration anew, a different path).
+	until t get mountstatuses 2>/dev/null | grep -q '/system/state'; do sleep 0.2; done
 	start="$(now)"
 	t reboot >/dev/null
 	until sed 's/\x1b\[[0-9;]*m//g' "$console" | grep -c 'every daemon is ready' | grep -q 2 &&

@@ -231,7 +231,12 @@ impl Controller for DiscoveryController {
                         size: p.size,
                         sector_size: disk.sector_size,
                         io_size: disk.io_size,
-                        name: p.found.name.clone(),
+                        // An xfs mkfs did not finish is no filesystem yet.
+                        name: if p.found.incomplete {
+                            String::new()
+                        } else {
+                            p.found.name.clone()
+                        },
                         uuid: p.found.uuid.clone(),
                         label: p.found.label.clone(),
                         block_size: p.found.block_size,
@@ -254,7 +259,11 @@ impl Controller for DiscoveryController {
                     size: disk.size,
                     sector_size: disk.sector_size,
                     io_size: disk.io_size,
-                    name: found.name,
+                    name: if found.incomplete {
+                        String::new()
+                    } else {
+                        found.name
+                    },
                     uuid: found.uuid,
                     label: found.label,
                     block_size: found.block_size,

@@ -57,6 +57,9 @@ pub struct Found {
     pub probed_size: u64,
     /// A GPT's partitions.
     pub partitions: Vec<Partition>,
+    /// An xfs superblock mkfs.xfs had not finished (`sb_inprogress`: mkfs was stopped half-way):
+    /// no usable filesystem, reported as blank by discovery.
+    pub incomplete: bool,
 }
 
 /// A partition of a GPT.
@@ -134,6 +137,8 @@ pub fn superblock(head: &[u8]) -> Option<Found> {
             block_size: block,
             filesystem_block_size: be16(head, 102),
             probed_size: be64(head, 8).saturating_mul(block),
+            // sb_inprogress: set by mkfs.xfs first, cleared when it is done.
+            incomplete: head[126] != 0,
             ..Default::default()
         });
     }

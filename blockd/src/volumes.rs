@@ -315,6 +315,8 @@ impl Default for FormatOptions {
 struct Formatting {
     device: String,
     disk: String,
+    /// The service asked.
+    spec: ServiceSpecSpec,
 }
 
 /// `block.VolumeManagerController`: locates, partitions and formats (see the module's doc).
@@ -354,9 +356,17 @@ const RETRY: Duration = Duration::from_secs(1);
 
 /// What mkfs.xfs is asked to do for `volume` on `device` (`size` bytes): upstream's options
 /// (`-n ftype=1`, the label, `--unsupported` at 300 MiB or less, which xfsprogs requires for
-/// such small filesystems); never `-f`: mkfs itself refuses a device that holds a filesystem.
-pub fn mkfs_spec(format: &FormatOptions, label: &str, device: &str, size: u64) -> ServiceSpecSpec {
-    let mut args = vec!["-n".into(), "ftype=1".into(), "-L".into(), label.into()];
+/// such small filesystems); `-f` only with `force`, for an xfs whose own mkfs never finished
+/// (otherwise mkfs itself refuses a device that holds a filesystem).
+pub fn mkfs_spec(
+    format: &FormatOptions,
+    label: &str,
+    device: &str,
+    size: u64,
+    force: bool,
+) -> ServiceSpecSpec {
+    let mut args: Vec<String> = if force { vec!["-f".into()] } else { Vec::new() };
+    args.extend(["-n".into(), "ftype=1".into(), "-L".into(), label.into()]);
     if size <= 300 * MIB {
         args.push("--unsupported".into());
     }
@@ -614,6 +624,12 @@ impl Controller for VolumeManagerController {
             .into_iter()
             .map(|r| (r.metadata.id, r.spec))
             .collect();
+        let asked: BTreeMap<String, ServiceSpecSpec> = ctx
+            .list::<ServiceSpecSpec>(NAMESPACE)
+            .await?
+            .into_iter()
+            .map(|r| (r.metadata.id, r.spec))
+            .collect();
         let mut mkfs = Vec::new();
         for (i, c) in configs.iter().enumerate() {
             let id = &c.metadata.id;
@@ -659,11 +675,7 @@ impl Controller for VolumeManagerController {
                     _ => {
                         st.phase = "prepared".into();
                         st.error_message = format!("formatting {} (xfs, {service})", f.device);
-                        mkfs.push(Resource::new(
-                            NAMESPACE,
-                            &service,
-                            mkfs_spec(&self.format, &fs.label, &f.device, st.size),
-                        ));
+                        mkfs.push(Resource::new(NAMESPACE, &service, f.spec.clone()));
                         continue;
                     }
                 }
@@ -681,11 +693,10 @@ impl Controller for VolumeManagerController {
                 // and its end awaited; the probe after it decides.
                 st.phase = "prepared".into();
                 st.error_message = format!("waiting for {service} (asked before a restart)");
-                mkfs.push(Resource::new(
-                    NAMESPACE,
-                    &service,
-                    mkfs_spec(&self.format, &fs.label, &st.location, st.size),
-                ));
+                let asked = asked.get(&service).cloned().unwrap_or_else(|| {
+                    mkfs_spec(&self.format, &fs.label, &st.location, st.size, false)
+                });
+                mkfs.push(Resource::new(NAMESPACE, &service, asked));
                 again = true;
                 continue;
             }
@@ -708,7 +719,7 @@ impl Controller for VolumeManagerController {
                     st.error_message = format!("{}: {e}", st.location);
                     again = true;
                 }
-                Ok((found, _)) if just_formatted && found.name != fs.kind => {
+                Ok((found, _)) if just_formatted && (found.name != fs.kind || found.incomplete) => {
                     st.phase = "failed".into();
                     st.error_message = format!(
                         "mkfs.xfs ended well but {} holds {:?}: see `talosctl logs {service}`",
@@ -717,15 +728,17 @@ impl Controller for VolumeManagerController {
                     self.format_failed
                         .insert(id.clone(), st.error_message.clone());
                 }
-                Ok((found, lock)) if found.name.is_empty() => {
-                    tracing::info!(volume = %id, device = %st.location, "formatting (xfs)");
+                Ok((found, lock))
+                    if found.name.is_empty() || (found.incomplete && found.name == fs.kind) =>
+                {
+                    // An xfs whose mkfs was stopped half-way (a reboot during the first
+                    // format) is made again, forced: nothing was ever stored on it.
+                    let force = found.incomplete;
+                    tracing::info!(volume = %id, device = %st.location, force, "formatting (xfs)");
                     st.phase = "prepared".into();
                     st.error_message = format!("formatting {} (xfs, {service})", st.location);
-                    mkfs.push(Resource::new(
-                        NAMESPACE,
-                        &service,
-                        mkfs_spec(&self.format, &fs.label, &st.location, st.size),
-                    ));
+                    let spec = mkfs_spec(&self.format, &fs.label, &st.location, st.size, force);
+                    mkfs.push(Resource::new(NAMESPACE, &service, spec.clone()));
                     if let Some(lock) = lock {
                         self.locks.insert(st.parent_location.clone(), lock);
                     }
@@ -734,6 +747,7 @@ impl Controller for VolumeManagerController {
                         Formatting {
                             device: st.location.clone(),
                             disk: st.parent_location.clone(),
+                            spec,
                         },
                     );
                 }

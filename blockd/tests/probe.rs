@@ -99,6 +99,31 @@ fn probe_file(path: &Path) -> Found {
     probe(path, 512).unwrap_or_else(|e| panic!("probe {}: {e}", path.display()))
 }
 
+/// An xfs whose mkfs.xfs was stopped half-way keeps `sb_inprogress` set: it is no usable
+/// filesystem (the kernel refuses to mount it), and the probe says so; a finished one does not.
+#[test]
+fn an_xfs_whose_mkfs_did_not_finish_is_incomplete() {
+    if !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let xfs = d.path().join("xfs.img");
+    sparse(&xfs, 320 * MIB);
+    run(Command::new("mkfs.xfs").args(["-q", "-L", "STATE"]).arg(&xfs));
+    let done = probe_file(&xfs);
+    assert_eq!(done.name, "xfs");
+    assert!(!done.incomplete, "{done:?}");
+    // What mkfs.xfs writes first, before the rest: the flag at byte 126 of the superblock.
+    use std::io::{Seek as _, Write as _};
+    let mut f = std::fs::OpenOptions::new().write(true).open(&xfs).unwrap();
+    f.seek(std::io::SeekFrom::Start(126)).unwrap();
+    f.write_all(&[1]).unwrap();
+    drop(f);
+    let half = probe_file(&xfs);
+    assert_eq!(half.name, "xfs");
+    assert!(half.incomplete, "{half:?}");
+}
+
 #[test]
 fn filesystems_read_as_blkid_reads_them() {
     if !tools() {

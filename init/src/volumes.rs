@@ -47,14 +47,13 @@ pub fn system_mounts() -> [SystemMount; 2] {
     ]
 }
 
-/// The modules a VM needs to read STATE (those the image carries; absent ones are skipped).
-const STORAGE_MODULES: &[&str] = &[
-    "virtio_pci",
-    "virtio_blk",
-    "virtio_scsi",
-    "crc32c_generic",
-    "xfs",
-];
+/// The modules a VM needs to see its disks, loaded before STATE is looked for (those the image
+/// carries; absent ones are skipped).
+const DISK_MODULES: &[&str] = &["virtio_pci", "virtio_blk"];
+
+/// The modules a VM needs to mount STATE, loaded only when there is one (on a first boot they
+/// load later, beside the daemons' start, with the other boot modules).
+const XFS_MODULES: &[&str] = &["crc32c_generic", "xfs"];
 
 /// The kernel name of the one partition whose GPT name is `label` (`Ok(None)`: none).
 ///
@@ -99,14 +98,16 @@ pub fn partition_by_label(sys_class_block: &Path, label: &str) -> Result<Option<
     }
 }
 
-/// Whether the device at `path` starts with an xfs superblock.
+/// Whether the device at `path` starts with the superblock of a finished xfs (`XFSB`, and
+/// `sb_inprogress` clear: mkfs.xfs sets it first and clears it when done).
 pub fn holds_xfs(path: &Path) -> bool {
     use std::io::Read as _;
-    let mut magic = [0u8; 4];
+    let mut head = [0u8; 128];
     std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
+        .and_then(|mut f| f.read_exact(&mut head))
         .is_ok()
-        && &magic == b"XFSB"
+        && &head[..4] == b"XFSB"
+        && head[126] == 0
 }
 
 /// The source and filesystem of the mount at `target` in `mountinfo` (`/proc/self/mountinfo`
@@ -162,16 +163,21 @@ fn mount_xfs(dev: &Path, target: &Path, flags: MsFlags) -> Result<(), String> {
 /// (no disk, a first boot, a broken STATE) is logged, and the boot goes on with the image's
 /// directory (blockd then prepares STATE, and the controller mounts it).
 pub fn mount_state_early() {
-    match crate::kmod::ModuleIndex::for_running_kernel() {
-        Ok(index) => {
-            for m in STORAGE_MODULES {
-                if let Err(e) = index.load(m, &[]) {
-                    tracing::debug!(module = m, error = %e, "storage module not loaded early");
-                }
+    let index = match crate::kmod::ModuleIndex::for_running_kernel() {
+        Ok(index) => Some(index),
+        Err(e) => {
+            tracing::warn!(error = %e, "no kernel modules: STATE cannot be looked for");
+            None
+        }
+    };
+    let load = |modules: &[&str]| {
+        for m in modules {
+            if let Some(Err(e)) = index.as_ref().map(|i| i.load(m, &[])) {
+                tracing::debug!(module = m, error = %e, "storage module not loaded early");
             }
         }
-        Err(e) => tracing::warn!(error = %e, "no kernel modules: STATE cannot be looked for"),
-    }
+    };
+    load(DISK_MODULES);
     let sys = Path::new("/sys/class/block");
     let target = Path::new("/system/state");
     if mounted_at(&mountinfo(), "/system/state").is_some() {
@@ -195,6 +201,7 @@ pub fn mount_state_early() {
             }
         }
     };
+    load(XFS_MODULES);
     let dev = Path::new("/dev").join(&name);
     if !holds_xfs(&dev) {
         tracing::warn!(device = %dev.display(), "the STATE partition holds no xfs yet: not mounted");
