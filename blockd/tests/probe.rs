@@ -109,7 +109,9 @@ fn an_xfs_whose_mkfs_did_not_finish_is_incomplete() {
     let d = tempfile::tempdir().unwrap();
     let xfs = d.path().join("xfs.img");
     sparse(&xfs, 320 * MIB);
-    run(Command::new("mkfs.xfs").args(["-q", "-L", "STATE"]).arg(&xfs));
+    run(Command::new("mkfs.xfs")
+        .args(["-q", "-L", "STATE"])
+        .arg(&xfs));
     let done = probe_file(&xfs);
     assert_eq!(done.name, "xfs");
     assert!(!done.incomplete, "{done:?}");

@@ -183,13 +183,19 @@ pub fn mount_state_early() {
     if mounted_at(&mountinfo(), "/system/state").is_some() {
         return;
     }
-    // Disks appear as their drivers probe them; a VM without any gets a second.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    // Disks appear as their drivers probe them, and a disk's partitions a little after it: a
+    // VM without any disk gets a second, one whose disk has a GPT the time for the kernel to
+    // list its partitions (2 s at most).
+    let start = std::time::Instant::now();
     let name = loop {
+        let waited = start.elapsed();
         match partition_by_label(sys, "STATE") {
             Ok(Some(n)) => break n,
-            Ok(None) if std::time::Instant::now() < deadline && !has_disk(sys) => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+            Ok(None)
+                if (waited < std::time::Duration::from_secs(1) && !has_disk(sys))
+                    || (waited < std::time::Duration::from_secs(2) && gpt_not_listed_yet(sys)) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
             Ok(None) => {
                 tracing::info!("no STATE partition yet: the configuration lives in memory until blockd prepares one");
@@ -212,6 +218,35 @@ pub fn mount_state_early() {
         Ok(()) => tracing::info!(device = %dev.display(), "STATE mounted at /system/state"),
         Err(e) => tracing::error!(error = %e, "STATE not mounted"),
     }
+}
+
+/// Whether a disk carries a GPT (its signature at LBA 1, 512-byte sectors) whose partitions
+/// the kernel does not list yet.
+fn gpt_not_listed_yet(sys_class_block: &Path) -> bool {
+    use std::io::{Read as _, Seek as _};
+    let Ok(entries) = std::fs::read_dir(sys_class_block) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let sys = e.path();
+        if !sys.join("device").exists() || name.starts_with("loop") || name.starts_with("ram") {
+            return false; // partitions (no `device` link) and virtual disks
+        }
+        let mut sig = [0u8; 8];
+        let gpt = std::fs::File::open(Path::new("/dev").join(&name))
+            .and_then(|mut f| {
+                f.seek(std::io::SeekFrom::Start(512))?;
+                f.read_exact(&mut sig)
+            })
+            .is_ok()
+            && &sig == b"EFI PART";
+        let listed = std::fs::read_dir(&sys).is_ok_and(|d| {
+            d.flatten()
+                .any(|p| p.file_name().to_string_lossy().starts_with(name.as_str()))
+        });
+        gpt && !listed
+    })
 }
 
 fn has_disk(sys_class_block: &Path) -> bool {
@@ -248,13 +283,34 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 /// STATE on its first boot: what stated wrote so far goes onto the new filesystem, which then
 /// replaces the directory (a move: stated opens its files by path, and no config write runs
 /// meanwhile, the caller holding the config writer's lock).
-fn adopt_state(dev: &Path, target: &Path, flags: MsFlags) -> Result<(), String> {
-    let staging = Path::new("/run/init/state-new");
+///
+/// # Errors
+///
+/// What failed, with the staging mount undone.
+pub fn adopt_state(
+    dev: &Path,
+    target: &Path,
+    staging: &Path,
+    flags: MsFlags,
+) -> Result<(), String> {
     std::fs::create_dir_all(staging).map_err(|e| format!("{}: {e}", staging.display()))?;
     mount_xfs(dev, staging, flags)?;
     let done = (|| {
         let meta = std::fs::metadata(target).map_err(|e| format!("{}: {e}", target.display()))?;
-        copy_tree(target, staging).map_err(|e| format!("copying {}: {e}", target.display()))?;
+        // A STATE that already holds files is one of an earlier boot that was not mounted before
+        // stated (found too late): what it holds wins, and what stated wrote since in memory
+        // (a configuration fetched again) is left behind, never copied over it.
+        let used = std::fs::read_dir(staging)
+            .map_err(|e| format!("{}: {e}", staging.display()))?
+            .next()
+            .is_some();
+        if used {
+            tracing::warn!(
+                "STATE already holds a configuration: it is kept, what this boot wrote before is not"
+            );
+        } else {
+            copy_tree(target, staging).map_err(|e| format!("copying {}: {e}", target.display()))?;
+        }
         std::os::unix::fs::chown(staging, Some(meta.uid()), Some(meta.gid()))
             .and_then(|()| {
                 std::fs::set_permissions(
@@ -327,7 +383,12 @@ impl Controller for SystemVolumeMountController {
                             };
                             let flags = m.flags;
                             let adopted = tokio::task::spawn_blocking(move || {
-                                adopt_state(&dev, Path::new("/system/state"), flags)
+                                adopt_state(
+                                    &dev,
+                                    Path::new("/system/state"),
+                                    Path::new("/run/init/state-new"),
+                                    flags,
+                                )
                             })
                             .await
                             .unwrap_or_else(|e| Err(format!("mounting ended: {e}")));

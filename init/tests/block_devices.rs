@@ -129,3 +129,90 @@ async fn block_device_nodes_are_given_to_blockds_group_and_no_one_else() {
         "a symlink under a device's name was followed"
     );
 }
+
+/// STATE taking over stated's directory (a loop device with xfs; mounts in the test's own temp
+/// directory, undone at the end): a fresh filesystem gets what the directory held; one that
+/// already holds files (an earlier boot's, found too late) keeps them, and what this boot
+/// wrote in memory is never copied over them.
+#[test]
+fn state_takes_over_the_directory_and_never_overwrites_an_earlier_boot() {
+    if !testkit::require_root("it attaches loop devices and mounts")
+        || !testkit::require_program("mkfs.xfs", "apt-get install xfsprogs")
+    {
+        return;
+    }
+    struct Undo(Vec<std::path::PathBuf>, Vec<String>);
+    impl Drop for Undo {
+        fn drop(&mut self) {
+            for m in self.0.iter().rev() {
+                let _ = nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH);
+            }
+            for l in &self.1 {
+                let _ = Command::new("losetup").args(["-d", l]).status();
+            }
+        }
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mut undo = Undo(Vec::new(), Vec::new());
+    let mut xfs = |name: &str| {
+        let img = d.path().join(format!("{name}.img"));
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(320 * 1024 * 1024)
+            .unwrap();
+        assert!(Command::new("mkfs.xfs")
+            .args(["-q"])
+            .arg(&img)
+            .status()
+            .unwrap()
+            .success());
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&img)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        undo.1.push(dev.clone());
+        std::path::PathBuf::from(dev)
+    };
+    let fresh = xfs("fresh");
+    let used = xfs("used");
+    let flags = nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV;
+    // An earlier boot's STATE: its configuration on it.
+    let prep = d.path().join("prep");
+    std::fs::create_dir(&prep).unwrap();
+    nix::mount::mount(Some(&used), &prep, Some("xfs"), flags, None::<&str>).unwrap();
+    std::fs::write(prep.join("config.ns"), "patched").unwrap();
+    nix::mount::umount(&prep).unwrap();
+
+    for (dev, want) in [(&fresh, "fetched again"), (&used, "patched")] {
+        let target = d.path().join(format!(
+            "state-{}",
+            dev.file_name().unwrap().to_string_lossy()
+        ));
+        let staging = d.path().join("staging");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::create_dir_all(&staging).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&target, Some(BLOCKD), Some(BLOCKD)).unwrap();
+        std::fs::write(target.join("config.ns"), "fetched again").unwrap();
+        init::volumes::adopt_state(dev, &target, &staging, flags).unwrap();
+        undo.0.push(target.clone());
+        assert_eq!(
+            std::fs::read_to_string(target.join("config.ns")).unwrap(),
+            want
+        );
+        let m = std::fs::metadata(&target).unwrap();
+        assert_eq!(
+            (m.uid(), m.mode() & 0o7777),
+            (BLOCKD, 0o700),
+            "the directory's owner and mode"
+        );
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert_eq!(
+            init::volumes::mounted_at(&info, &target.to_string_lossy()).map(|(_, fs)| fs),
+            Some("xfs".to_string())
+        );
+    }
+}
