@@ -95,9 +95,9 @@ initramfs (rootfs/kernel.sh && rootfs/build.sh make both) under qemu, each with 
 cluster's bridge, a sparse raw disk (--disk) and its serial console in <node dir>/console.log.
 A VM gets its machine config over HTTP from its supervisor (talos.config= on its kernel command
 line, served to that node only) and is reached through apid only. TCG by default (--accel kvm
-where the host's KVM works); a VM boots to ready in about ten seconds under TCG. blockd
-describes the disk (`get disks`, `get volumestatuses`) but does not partition, format or mount
-it yet: a VM's state lives in memory, and a reboot fetches the config again.";
+where the host's KVM works); a VM boots to ready in about ten seconds under TCG. Once
+configured, a VM's blank disk gets STATE (its configuration, kept across reboots) and EPHEMERAL
+(/var), formatted xfs (`get volumestatuses`, `get mountstatuses`); --disk is at least 2200 MiB.";
 
 const CREATE_EXAMPLES: &str = "\
 Examples:
