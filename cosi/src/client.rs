@@ -892,10 +892,34 @@ impl Client {
         definitions: &[crate::definition::ResourceDefinition],
         owner: &str,
     ) -> Result<(), StateError> {
-        let mut first_error = None;
+        use crate::definition::{ResourceDefinition, META_NAMESPACE};
+        let mut raws = Vec::with_capacity(definitions.len());
         for def in definitions {
-            match self.define_type(def, owner).await {
-                Ok(()) => {}
+            raws.push(
+                Resource::new(META_NAMESPACE, def.id(), def.clone())
+                    .to_raw()
+                    .map_err(spec_error)?,
+            );
+        }
+        // One call creates every new definition (a daemon's first start: one round trip for
+        // all, not one each); those already there are then read in one list and only the ones
+        // that differ are updated.
+        let created = self
+            .write_batch(
+                raws.iter()
+                    .map(|r| BatchWrite::Create {
+                        resource: r.clone(),
+                        owner: owner.to_string(),
+                    })
+                    .collect(),
+            )
+            .await?;
+        let mut first_error = None;
+        let mut existing = Vec::new();
+        for ((def, raw), result) in definitions.iter().zip(raws).zip(created) {
+            match result {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => existing.push((def, raw)),
                 Err(e) if e.is_unavailable() => return Err(e),
                 Err(e) => {
                     first_error.get_or_insert(StateError::new(
@@ -905,38 +929,38 @@ impl Client {
                 }
             }
         }
+        if !existing.is_empty() {
+            let stored: std::collections::HashMap<String, RawResource> = self
+                .list(META_NAMESPACE, ResourceDefinition::TYPE, &Query::default())
+                .await?
+                .into_iter()
+                .map(|r| (r.metadata.id.clone(), r))
+                .collect();
+            for (def, mut next) in existing {
+                let Some(cur) = stored.get(&def.id()) else {
+                    continue; // destroyed meanwhile: nothing to bring up to date
+                };
+                if crate::resource::decode_spec::<ResourceDefinition>(&cur.spec)
+                    .ok()
+                    .as_ref()
+                    == Some(def)
+                {
+                    continue;
+                }
+                next.metadata.version = cur.metadata.version;
+                match self.update(&next, &cur.metadata.owner, None).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_unavailable() => return Err(e),
+                    Err(e) => {
+                        first_error.get_or_insert(StateError::new(
+                            e.kind(),
+                            format!("{}: {}", def.resource_type, e.message()),
+                        ));
+                    }
+                }
+            }
+        }
         first_error.map_or(Ok(()), Err)
-    }
-
-    async fn define_type(
-        &self,
-        def: &crate::definition::ResourceDefinition,
-        owner: &str,
-    ) -> Result<(), StateError> {
-        use crate::definition::{ResourceDefinition, META_NAMESPACE};
-        let raw = Resource::new(META_NAMESPACE, def.id(), def.clone())
-            .to_raw()
-            .map_err(spec_error)?;
-        match self.create(&raw, owner).await {
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-        let cur = self
-            .get(META_NAMESPACE, ResourceDefinition::TYPE, &def.id())
-            .await?;
-        if crate::resource::decode_spec::<ResourceDefinition>(&cur.spec)
-            .ok()
-            .as_ref()
-            == Some(def)
-        {
-            return Ok(());
-        }
-        let mut next = raw;
-        next.metadata.version = cur.metadata.version;
-        self.update(&next, &cur.metadata.owner, None)
-            .await
-            .map(drop)
     }
 
     /// Starts a watch. Events arrive in order; the watch reconnects and resumes by itself.

@@ -1151,3 +1151,48 @@ async fn a_watch_far_behind_gets_every_event_a_batch_at_a_time() {
     let want: Vec<String> = (0..600).map(|i| format!("b{i:04}")).collect();
     assert_eq!(ids, want);
 }
+
+/// Resource definitions as a daemon writes them at start (`define_types`: one batch of creates,
+/// then one list for those already there): new ones created, equal ones left alone (their
+/// version unchanged), changed ones (a newer build) updated in place.
+#[tokio::test]
+async fn definitions_are_created_in_one_go_and_only_changed_ones_updated() {
+    use cosi::{ResourceDefinition, ResourceSpec as _, META_NAMESPACE};
+    let h = Harness::start().await;
+    let c = &h.client;
+    let a = ResourceDefinition::new("Apples.test.talos.dev", NS);
+    let b = ResourceDefinition::new("Pears.test.talos.dev", NS);
+    c.define_types(&[a.clone(), b.clone()], "d").await.unwrap();
+    let version = |id: String| async move {
+        c.get(META_NAMESPACE, ResourceDefinition::TYPE, &id)
+            .await
+            .unwrap()
+            .metadata
+            .version
+    };
+    let (va, vb) = (version(a.id()).await, version(b.id()).await);
+    let b2 = b.clone().with_columns(&[("Ripe", "{.ripe}")]);
+    let c3 = ResourceDefinition::new("Plums.test.talos.dev", NS);
+    c.define_types(&[a.clone(), b2.clone(), c3.clone()], "d")
+        .await
+        .unwrap();
+    assert_eq!(
+        version(a.id()).await,
+        va,
+        "an equal definition is not rewritten"
+    );
+    assert_eq!(
+        version(b.id()).await,
+        vb + 1,
+        "a changed definition is updated"
+    );
+    let stored = c
+        .get(META_NAMESPACE, ResourceDefinition::TYPE, &b.id())
+        .await
+        .unwrap();
+    assert_eq!(
+        cosi::resource::decode_spec::<ResourceDefinition>(&stored.spec).unwrap(),
+        b2
+    );
+    assert_eq!(version(c3.id()).await, 1, "a new one is created");
+}
