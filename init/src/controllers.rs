@@ -92,18 +92,20 @@ impl Controller for StatusController {
                 }
             });
         }
+        // Readiness first (from the supervisor's snapshots), then every status in one batch
+        // call per type: one round trip each instead of one per unit.
         let mut unmet = Vec::new();
+        let mut statuses = Vec::new();
+        let mut security = Vec::new();
         for unit in self.supervisor.units() {
             let status = unit.snapshot();
             if self.daemons.contains(&unit.id) && !status.healthy {
                 unmet.push(unit.id.clone());
             }
-            ctx.apply(Resource::new(NAMESPACE, unit.id.clone(), status))
-                .await?;
             if let Some(sec) = unit.security() {
-                ctx.apply(Resource::new(NAMESPACE, unit.id.clone(), sec))
-                    .await?;
+                security.push(Resource::new(NAMESPACE, unit.id.clone(), sec));
             }
+            statuses.push(Resource::new(NAMESPACE, unit.id.clone(), status));
         }
         let mut machine = self.machine.borrow().clone();
         machine.ready = unmet.is_empty();
@@ -121,6 +123,8 @@ impl Controller for StatusController {
         machine.unmet = unmet;
         ctx.apply(Resource::new(NAMESPACE, MACHINE_STATUS_ID, machine))
             .await?;
+        ctx.apply_all(statuses).await?;
+        ctx.apply_all(security).await?;
         ctx.apply(Resource::new(
             NAMESPACE,
             CMDLINE_ID,
