@@ -99,6 +99,16 @@ fn probe_file(path: &Path) -> Found {
     probe(path, 512).unwrap_or_else(|e| panic!("probe {}: {e}", path.display()))
 }
 
+/// `dir/xfs.img`: 320 MiB, xfs labelled STATE by mkfs.xfs.
+fn xfs_image(dir: &Path) -> PathBuf {
+    let xfs = dir.join("xfs.img");
+    sparse(&xfs, 320 * MIB);
+    run(Command::new("mkfs.xfs")
+        .args(["-q", "-L", "STATE"])
+        .arg(&xfs));
+    xfs
+}
+
 /// An xfs whose mkfs.xfs was stopped half-way keeps `sb_inprogress` set: it is no usable
 /// filesystem (the kernel refuses to mount it), and the probe says so; a finished one does not.
 #[test]
@@ -107,11 +117,7 @@ fn an_xfs_whose_mkfs_did_not_finish_is_incomplete() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let xfs = d.path().join("xfs.img");
-    sparse(&xfs, 320 * MIB);
-    run(Command::new("mkfs.xfs")
-        .args(["-q", "-L", "STATE"])
-        .arg(&xfs));
+    let xfs = xfs_image(d.path());
     let done = probe_file(&xfs);
     assert_eq!(done.name, "xfs");
     assert!(!done.incomplete, "{done:?}");
@@ -132,11 +138,7 @@ fn filesystems_read_as_blkid_reads_them() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let xfs = d.path().join("xfs.img");
-    sparse(&xfs, 320 * MIB);
-    run(Command::new("mkfs.xfs")
-        .args(["-q", "-L", "STATE"])
-        .arg(&xfs));
+    let xfs = xfs_image(d.path());
     let ext4 = d.path().join("ext4.img");
     sparse(&ext4, 64 * MIB);
     run(Command::new("mkfs.ext4")

@@ -379,6 +379,18 @@ const LINKS_PATCH: &str = r#"machine:
 "#;
 
 /// `talosctl get links -o json` of the cluster's node: each link's spec by name.
+/// The volume statuses by ID, once STATE and EPHEMERAL are both `ready` (2 minutes at most).
+fn system_volumes_ready(
+    cluster: &node_tests::Cluster,
+    what: &str,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    wait_for(what, Duration::from_secs(120), || {
+        let out = cluster.talosctl(&["get", "volumestatuses", "-o", "json"]);
+        let v = specs_by_id(&out.stdout);
+        (v.len() == 2 && v.values().all(|s| s["phase"] == "ready")).then_some(v)
+    })
+}
+
 /// `sfdisk --json` of a disk image, from the host.
 fn sfdisk_json(disk: &Path) -> serde_json::Value {
     let out = Command::new("sfdisk")
@@ -478,6 +490,16 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
             .join(&node.name)
             .join("console.log"),
     );
+    let console_log = || {
+        std::fs::read_to_string(
+            cluster
+                .cluster_dir()
+                .join("nodes")
+                .join(&node.name)
+                .join("console.log"),
+        )
+        .unwrap_or_default()
+    };
     assert_eq!(node.state, "ready", "{node:?}");
     assert_eq!(
         node.netns, info.netns,
@@ -528,15 +550,7 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
             .any(|l| l.contains("/dev/vda") && l.contains("3.2 GB")),
         "{old}"
     );
-    let volumes = wait_for(
-        "STATE and EPHEMERAL ready",
-        Duration::from_secs(120),
-        || {
-            let out = cluster.talosctl(&["get", "volumestatuses", "-o", "json"]);
-            let v = specs_by_id(&out.stdout);
-            (v.len() == 2 && v.values().all(|s| s["phase"] == "ready")).then_some(v)
-        },
-    );
+    let volumes = system_volumes_ready(&cluster, "STATE and EPHEMERAL ready");
     assert_eq!(volumes["STATE"]["location"], "/dev/vda1", "{volumes:?}");
     assert_eq!(volumes["EPHEMERAL"]["location"], "/dev/vda2", "{volumes:?}");
     let uuids: Vec<String> = ["STATE", "EPHEMERAL"]
@@ -672,14 +686,7 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
 
     // The configuration server answers the node only: from the bridge's own address (another
     // party on the cluster network) the connection is dropped, token or not.
-    let console = std::fs::read_to_string(
-        cluster
-            .cluster_dir()
-            .join("nodes")
-            .join(&node.name)
-            .join("console.log"),
-    )
-    .unwrap();
+    let console = console_log();
     let url = console
         .split_whitespace()
         .find_map(|w| w.strip_prefix("talos.config="))
@@ -730,15 +737,7 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         String::from_utf8_lossy(&out.stderr)
     );
     wait_for("the reboot to start", Duration::from_secs(60), || {
-        let log = std::fs::read_to_string(
-            cluster
-                .cluster_dir()
-                .join("nodes")
-                .join(&node.name)
-                .join("console.log"),
-        )
-        .unwrap_or_default();
-        (log.matches("Linux version").count() >= 2).then_some(())
+        (console_log().matches("Linux version").count() >= 2).then_some(())
     });
     wait_for("the node ready again", Duration::from_secs(120), || {
         let n = cluster.show().nodes.into_iter().next()?;
@@ -765,15 +764,7 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         "{config}"
     );
     // The second boot adopted the layout: same filesystems (UUIDs), mounted again.
-    let after = wait_for(
-        "STATE and EPHEMERAL ready again",
-        Duration::from_secs(120),
-        || {
-            let out = cluster.talosctl(&["get", "volumestatuses", "-o", "json"]);
-            let v = specs_by_id(&out.stdout);
-            (v.len() == 2 && v.values().all(|s| s["phase"] == "ready")).then_some(v)
-        },
-    );
+    let after = system_volumes_ready(&cluster, "STATE and EPHEMERAL ready again");
     for (i, v) in ["STATE", "EPHEMERAL"].iter().enumerate() {
         assert_eq!(
             after[*v]["uuid"].as_str(),
@@ -784,14 +775,7 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
     wait_for("the mounts again", Duration::from_secs(60), || {
         (mount_table() == before_restart).then_some(())
     });
-    let console = std::fs::read_to_string(
-        cluster
-            .cluster_dir()
-            .join("nodes")
-            .join(&node.name)
-            .join("console.log"),
-    )
-    .unwrap_or_default();
+    let console = console_log();
     assert!(
         console.contains("STATE mounted at /system/state"),
         "{console}"
