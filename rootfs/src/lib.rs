@@ -4,8 +4,9 @@
 //! ```text
 //! /init -> usr/bin/init          what the kernel runs from an initramfs
 //! /bin, /sbin -> usr/bin         /lib -> usr/lib
-//! /usr/bin/{init,stated,networkd,secretsd,trustd,apid}
-//! /usr/lib/<multiarch>/...       only when a program is dynamically linked (its libraries)
+//! /usr/bin/{init,stated,networkd,blockd,secretsd,trustd,apid}
+//! /usr/bin/mkfs.xfs              a tool of the build machine (blockd asks init to run it)
+//! /usr/lib/<multiarch>/...       the libraries of what is dynamically linked (mkfs.xfs)
 //! /etc/talos/daemons.yaml        the daemon manifest init runs
 //! /etc/talos/seccomp/*.json      the seccomp profiles (compiled into init; shipped for audit)
 //! /etc/{os-release,passwd,group} one user per daemon of the manifest
@@ -20,8 +21,9 @@
 //! bytes, in the tree and in the initramfs ([`build`] twice and compare: `tests/` does).
 //!
 //! Binaries are taken as built. A statically linked program (what `rootfs/build.sh` builds)
-//! needs nothing else; for a dynamically linked one (a development build) the libraries `ldd`
-//! names and the ELF interpreter are copied into the tree, so the image runs all the same.
+//! needs nothing else; for a dynamically linked one (a development build, and the tools taken
+//! from the build machine: [`TOOLS`]) the libraries `ldd` names and the ELF interpreter are
+//! copied into the tree, so the image runs all the same.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
