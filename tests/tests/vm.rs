@@ -240,22 +240,14 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         vda.contains("1.1 GB") && vda.contains("/sys/class/block"),
         "{vda}"
     );
-    let volumes = wait_for("the discovered volumes", Duration::from_secs(60), || {
-        let out = talosctl_in(
-            &ns,
-            &[
-                "get",
-                "discoveredvolumes",
-                "--insecure",
-                "-n",
-                &ip,
-                "-o",
-                "json",
-            ],
-        )
-        .ok()?;
+    // `get KIND --insecure -o json` of the maintenance node, by ID, once it lists `n`.
+    let listed = |kind: &str, n: usize| {
+        let out = talosctl_in(&ns, &["get", kind, "--insecure", "-n", &ip, "-o", "json"]).ok()?;
         let v = specs_by_id(out.as_bytes());
-        (v.len() == 3).then_some(v)
+        (v.len() == n).then_some(v)
+    };
+    let volumes = wait_for("the discovered volumes", Duration::from_secs(60), || {
+        listed("discoveredvolumes", 3)
     });
     assert_eq!(volumes["vda"]["name"], "gpt", "{volumes:?}");
     assert_eq!(volumes["vda1"]["name"], "xfs", "{volumes:?}");
@@ -273,27 +265,19 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         "{volumes:?}"
     );
     // The system volumes: STATE found by its partition label and ready (xfs, as wanted);
-    // EPHEMERAL found blank (blockd does not format yet).
+    // EPHEMERAL found blank and left so: nothing is formatted before a configuration.
     let statuses = wait_for("the volume statuses", Duration::from_secs(60), || {
-        let out = talosctl_in(
-            &ns,
-            &[
-                "get",
-                "volumestatuses",
-                "--insecure",
-                "-n",
-                &ip,
-                "-o",
-                "json",
-            ],
-        )
-        .ok()?;
-        let v = specs_by_id(out.as_bytes());
-        (v.len() == 2).then_some(v)
+        listed("volumestatuses", 2)
     });
     assert_eq!(statuses["STATE"]["phase"], "ready", "{statuses:?}");
     assert_eq!(statuses["STATE"]["location"], "/dev/vda1", "{statuses:?}");
     assert_eq!(statuses["EPHEMERAL"]["phase"], "located", "{statuses:?}");
+    assert!(
+        statuses["EPHEMERAL"]["errorMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("once the machine is configured")),
+        "{statuses:?}"
+    );
     assert_eq!(
         statuses["EPHEMERAL"]["location"], "/dev/vda2",
         "{statuses:?}"
@@ -378,7 +362,6 @@ const LINKS_PATCH: &str = r#"machine:
         addresses: [203.0.113.1/24]
 "#;
 
-/// `talosctl get links -o json` of the cluster's node: each link's spec by name.
 /// The volume statuses by ID, once STATE and EPHEMERAL are both `ready` (2 minutes at most).
 fn system_volumes_ready(
     cluster: &node_tests::Cluster,
@@ -402,6 +385,7 @@ fn sfdisk_json(disk: &Path) -> serde_json::Value {
     serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["partitiontable"].clone()
 }
 
+/// `talosctl get links -o json` of the cluster's node: each link's spec by name.
 fn links(cluster: &node_tests::Cluster) -> std::collections::BTreeMap<String, serde_json::Value> {
     let out = cluster.talosctl(&["get", "links", "-o", "json"]);
     assert!(
