@@ -41,8 +41,8 @@ fi
 echo "rootfs: building init, stated, networkd, blockd, secretsd, trustd, apid, talosctl and mkrootfs for $triple (profile image${static:+, static})" >&2
 # Only these programs (`--bin`): init's test daemon, init-testd, is not part of the image.
 env "${static[@]}" cargo build --locked --profile image --target "$triple" \
-	-p init -p stated -p networkd -p blockd -p secretsd -p trustd -p apid -p talosctl -p rootfs \
-	--bin init --bin stated --bin networkd --bin blockd --bin secretsd --bin trustd --bin apid \
+	-p init -p stated -p networkd -p blockd -p secretsd -p trustd -p apid -p k8sd -p talosctl -p rootfs \
+	--bin init --bin stated --bin networkd --bin blockd --bin secretsd --bin trustd --bin apid --bin k8sd \
 	--bin talosctl --bin mkrootfs
 bin="target/$triple/image"
 # A kernel for VM nodes (rootfs/kernel.sh) when there is one: its boot modules go into the

@@ -20,6 +20,10 @@ packages=(
   xfsprogs      # blockd's tests: real xfs filesystems to probe (mkfs.xfs)
   dosfstools    # blockd's tests: vfat (mkfs.vfat)
   fdisk         # blockd's tests: GPTs made by sfdisk
+  protobuf-compiler  # protoc: the etcd-client crate (k8sd's etcd client) compiles etcd's protos
+  libprotobuf-dev    # ... which import protobuf's well-known types (descriptor.proto)
+  etcd-server   # etcd: the image carries Debian's binary, k8sd asks init to run it on control planes
+  etcd-client   # etcdctl: the etcd tests check the node's etcd with a client that is not ours
 )
 
 missing=()
@@ -31,6 +35,11 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # On a host with systemd, Debian enables and starts a system etcd on :2379: nothing here uses
+  # it (nodes run their own in their namespaces), so the one just installed is stopped.
+  if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now etcd.service >/dev/null 2>&1 || true
+  fi
 fi
 
 # grpcio (gRPC's C-core for Python): stated's tests talk to it with a real C-core client, which

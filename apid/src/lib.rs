@@ -14,6 +14,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod bootstrap;
 pub mod client_config;
 pub mod controller;
 pub mod machine;

@@ -17,9 +17,10 @@ use proto::init::{
 };
 use proto::machine::machine_service_server::MachineService;
 use proto::machine::{
-    ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, DmesgRequest,
-    FeaturesInfo, GenerateClientConfigurationRequest, GenerateClientConfigurationResponse,
-    Hostname, HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
+    ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, Bootstrap,
+    BootstrapRequest, BootstrapResponse, DmesgRequest, FeaturesInfo,
+    GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname,
+    HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
     ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
     ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
     ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,
@@ -179,6 +180,17 @@ impl MachineService for Machine {
                 mode: reply.mode,
                 mode_details: reply.mode_details,
             }],
+        }))
+    }
+
+    /// Bootstraps etcd on this node: k8sd decides ([`crate::bootstrap`]).
+    async fn bootstrap(
+        &self,
+        req: Request<BootstrapRequest>,
+    ) -> Result<Response<BootstrapResponse>, Status> {
+        crate::bootstrap::bootstrap(&self.client, req.into_inner()).await?;
+        Ok(Response::new(BootstrapResponse {
+            messages: vec![Bootstrap { metadata: None }],
         }))
     }
 

@@ -102,6 +102,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
         tracing::warn!(error = %e, "cannot define apid's resource types");
     }
     crate::client_config::forget_stale(&client).await;
+    crate::bootstrap::forget_stale(&client).await;
     ready();
     tracing::info!("stated answered: apid is ready");
     let runtime =

@@ -139,7 +139,8 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
     let mut held: Vec<(String, Arc<OwnedFd>)> = Vec::new();
     for d in &manifest.daemons {
         for dir in &d.dirs {
-            make_dir(&dir.path, &dir.mode, d.uid, d.gid).map_err(prepare_error(&dir.path))?;
+            make_dir(&dir.path, &dir.mode, d.uid, dir.group.unwrap_or(d.gid))
+                .map_err(prepare_error(&dir.path))?;
         }
         if let Some(l) = &d.listen {
             let fd = bind_held(&l.path).map_err(prepare_error(&l.path))?;

@@ -137,7 +137,7 @@ pub fn policy(d: &Daemon, profiles_dir: &Path) -> Result<Policy, String> {
     Ok(Policy {
         uid: d.uid,
         gid: d.gid,
-        supplementary_groups: vec![],
+        supplementary_groups: d.groups.clone(),
         capabilities,
         landlock: LandlockPolicy {
             paths: d

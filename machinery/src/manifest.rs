@@ -136,6 +136,11 @@ pub struct Daemon {
     pub uid: u32,
     /// Its fixed gid, in [`NODE_UIDS`].
     pub gid: u32,
+    /// Supplementary groups, each a gid of its own envelope's range: k8sd is in etcd's group to
+    /// hand it its certificates and to see its data directory; a service is in no daemon's
+    /// group, so the sharing goes one way.
+    #[serde(default)]
+    pub groups: Vec<u32>,
     /// Capabilities it holds (within [`CAPABILITY_ALLOW_LIST`]).
     #[serde(default)]
     pub capabilities: Vec<String>,
@@ -238,6 +243,10 @@ pub struct DirDecl {
     /// Its mode, octal (`"0700"` by default).
     #[serde(default = "private_dir")]
     pub mode: String,
+    /// Its group: the daemon's gid by default, else one of its [`Daemon::groups`] (a directory
+    /// it shares with a service it asks for).
+    #[serde(default)]
+    pub group: Option<u32>,
 }
 
 fn private_dir() -> String {
@@ -595,6 +604,24 @@ impl Manifest {
                 }
             }
             problems.extend(d.problems(&names));
+            let range = d.envelope.as_ref().map(|e| e.uids[0]..=e.uids[1]);
+            for g in &d.groups {
+                if !range.as_ref().is_some_and(|r| r.contains(g)) {
+                    problems.push(format!(
+                        "daemon {n}: group {g} is not in its envelope's uids (a daemon joins only the groups of services it asks for)"
+                    ));
+                }
+            }
+            for dir in &d.dirs {
+                if let Some(g) = dir.group {
+                    if g != d.gid && !d.groups.contains(&g) {
+                        problems.push(format!(
+                            "daemon {n}: directory {}: group {g} is neither its gid nor one of its groups",
+                            dir.path.display()
+                        ));
+                    }
+                }
+            }
         }
         // Envelope ranges must not hold a daemon's uid (a service would be that daemon).
         for d in &self.daemons {

@@ -197,6 +197,23 @@ APID = STARTUP + RUNTIME + [
     call("shutdown"), call("getpeername"), call("getsockname"),
 ]
 
+# k8sd: a stated client; a TLS client of the local etcd (landlock allows connecting to TCP 2379
+# only); writes etcd's certificates (a temporary file, fsync, rename) and lists etcd's data
+# directory.
+K8SD = STARTUP + RUNTIME + [
+    call("socket", "stated's socket", [arg_eq(0, AF_UNIX, "AF_UNIX")]),
+    call("socket", "etcd's client port (IPv4)", [arg_eq(0, AF_INET, "AF_INET")]),
+    call("socket", "etcd's client port (IPv6)", [arg_eq(0, AF_INET6, "AF_INET6")]),
+    call("connect", "stated's socket; the local etcd (landlock allows TCP port 2379 only)"),
+    call("setsockopt", "TCP_NODELAY, keepalive"), call("getsockopt", "SO_ERROR after a non-blocking connect"),
+    call("sendto"), call("recvfrom"), call("sendmsg"), call("recvmsg"),
+    call("shutdown"), call("getpeername"), call("getsockname"),
+    call("fsync", "a certificate file before it is renamed into place"),
+    call("rename", "a certificate file into place"), call("unlink", "a stale temporary file"),
+    call("getdents64", "is etcd's data directory empty"), call("fchmod", "0440 on a certificate file"),
+    call("statx"), call("lseek"),
+]
+
 # A program that only sleeps: coreutils sleep, the requested-service test workload.
 SERVICE = STARTUP + [
     call("clock_nanosleep"), call("nanosleep"), call("restart_syscall"),
@@ -211,8 +228,89 @@ TESTD = STARTUP + RUNTIME + [
     call("sendto"), call("recvfrom"), call("shutdown"), call("getpeername"), call("getsockname"),
 ]
 
+SOCK_TYPE_MASK, SOCK_STREAM, SOCK_DGRAM = 0xF, 1, 2  # the type without SOCK_CLOEXEC/SOCK_NONBLOCK
+NETLINK_ROUTE = 0
+SIGINT, SIGTERM = 2, 15
+
+def arg_masked(index, mask, val, comment):
+    return {"index": index, "type": "dword", "op": {"masked_eq": mask}, "val": val, "comment": comment}
+
+# Debian's etcd 3.4 and etcdctl: Go 1.19 programs linked to glibc through cgo. Measured with
+# measure-etcd.sh (`strace -f -qq -c` of a TLS cluster's members and of `etcdctl snapshot
+# restore`, as a non-root uid). With cgo, Go makes its threads with pthread_create: clone3,
+# ENOSYS from the stacked filter, then clone (flags CLONE_VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|
+# SETTLS|PARENT_SETTID|CHILD_CLEARTID, measured). No ioctl, no prctl.
+GO_CGO = [
+    call("write"), call("futex"), call("nanosleep", "Go's usleep (scheduler, sysmon)"), call("sched_yield"),
+    call("sched_getaffinity", "GOMAXPROCS"),
+    call("epoll_create1"), call("epoll_ctl"), call("epoll_pwait", "Go's netpoller"),
+    call("pipe2", "the netpoller's wake-up pipe"),
+    call("rt_sigaction", "Go installs a handler for every signal"), call("rt_sigprocmask"), call("rt_sigreturn"),
+    call("sigaltstack", "every thread's signal stack"),
+    call("tgkill", "Go preempts a goroutine by sending SIGURG to its thread"),
+    call("getpid"), call("gettid"), call("getppid", "read once by a package's init"),
+    call("madvise", "the Go heap (MADV_DONTNEED, MADV_[NO]HUGEPAGE); bbolt's MADV_RANDOM on its map"),
+    call("clone3", "pthread_create: ENOSYS from the stacked filter, glibc then creates threads with clone"),
+    call("clone", "threads (glibc's fallback from clone3): never with a CLONE_NEW* flag",
+         [{"index": 0, "type": "qword", "op": {"masked_eq": CLONE_NEW_ANY}, "val": 0,
+           "comment": "no CLONE_NEWNS/CGROUP/UTS/IPC/USER/PID/NET"}]),
+    call("fcntl", "F_GETFL/F_SETFL; etcd locks its WAL and data files with F_OFD_SETLK(W)/F_OFD_GETLK"),
+    call("fstat"), call("lseek"), call("readlinkat", "os.Executable: /proc/self/exe"),
+    call("getrlimit"),
+    call("setrlimit", "Go raises its soft RLIMIT_NOFILE to the hard limit at start (measured with "
+         "soft < hard); raising the hard limit needs CAP_SYS_RESOURCE"),
+    call("uname", "os.Hostname (Go tries uname first)"),
+    call("socket", "go-systemd's journald probe at start: a UNIX datagram socket, autobound (no "
+         "journald on a node: nothing is sent)",
+         [arg_eq(0, AF_UNIX, "AF_UNIX"), arg_masked(1, SOCK_TYPE_MASK, SOCK_DGRAM, "SOCK_DGRAM")]),
+    call("bind", "the journald probe's autobind; etcd: its listeners (landlock allows TCP 2379 and "
+         "2380 only) and rtnetlink sockets"),
+    call("getsockname"),
+    call("clock_gettime", "normally in the vDSO; a system call where the clock source has no vDSO "
+         "(qemu TCG)"),
+    call("restart_syscall", "a sleep or wait interrupted by a stop (SIGSTOP, the cgroup freezer) resumes with it"),
+]
+
+# The data directory (both etcd and `etcdctl snapshot restore` write one): the WAL, bbolt's db,
+# snapshots.
+ETCD_DATA = [
+    call("mkdirat"), call("getdents64", "listing the WAL and snap directories"),
+    call("unlinkat", "purged WAL and snapshot files, the .touch files of writability checks"),
+    call("renameat", "WAL segments and received snapshots put into place; defrag's new db"),
+    call("pread64"), call("pwrite64", "bbolt writes its pages"), call("ftruncate", "bbolt grows its db file"),
+    call("fallocate", "the WAL preallocates its 64 MB segments (mode 0)"),
+    call("fsync"), call("fdatasync", "every WAL append and bbolt commit"),
+    call("flock", "bbolt locks its db file (LOCK_EX|LOCK_NB)"),
+]
+
+# etcd, a requested service of control planes: a TLS server on TCP 2379 (clients) and 2380 (peers)
+# and a TLS client of the other members' 2380 (landlock allows binding and connecting to those
+# ports only).
+ETCD = STARTUP + GO_CGO + ETCD_DATA + [
+    call("socket", "TCP over IPv4 only: no UDP (no DNS lookups; etcd's URLs are addresses on a node)",
+         [arg_eq(0, AF_INET, "AF_INET"), arg_masked(1, SOCK_TYPE_MASK, SOCK_STREAM, "SOCK_STREAM")]),
+    call("socket", "TCP over IPv6 only (listening on [::]; Go's IPv6 probe at the first listen)",
+         [arg_eq(0, AF_INET6, "AF_INET6"), arg_masked(1, SOCK_TYPE_MASK, SOCK_STREAM, "SOCK_STREAM")]),
+    call("socket", "rtnetlink dumps of routes, addresses and links at start (etcd's default host)",
+         [arg_eq(0, AF_NETLINK, "AF_NETLINK"), arg_eq(2, NETLINK_ROUTE, "NETLINK_ROUTE")]),
+    call("listen"), call("accept4", "clients and peers"),
+    call("connect", "other members' peer port; etcd's gRPC gateway dials its own client port"),
+    call("setsockopt", "SO_REUSEADDR, IPV6_V6ONLY on listeners; TCP_NODELAY and keepalives on connections"),
+    call("getsockopt", "SO_ERROR after a non-blocking connect"), call("getpeername"),
+    call("sendto", "rtnetlink requests (TCP is written with write)"), call("recvfrom", "rtnetlink dumps"),
+    call("kill", "on SIGTERM/SIGINT etcd stops, restores the default action and raises the same "
+         "signal on itself (pkg/osutil)", [arg_eq(1, SIGTERM, "SIGTERM")]),
+    call("kill", "the same, on SIGINT", [arg_eq(1, SIGINT, "SIGINT")]),
+]
+
+# `etcdctl snapshot restore`, a one-shot service: reads a snapshot and writes a new data
+# directory. No network: the only socket is the journald probe's.
+ETCDCTL = STARTUP + GO_CGO + ETCD_DATA + [
+    call("copy_file_range", "the snapshot is copied into the new data directory's db"),
+]
+
 here = os.path.dirname(os.path.abspath(__file__))
-for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("blockd", BLOCKD), ("mkfs", MKFS), ("trustd", TRUSTD), ("apid", APID), ("service", SERVICE), ("testd", TESTD)]:
+for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("blockd", BLOCKD), ("mkfs", MKFS), ("trustd", TRUSTD), ("apid", APID), ("k8sd", K8SD), ("service", SERVICE), ("testd", TESTD), ("etcd", ETCD), ("etcdctl", ETCDCTL)]:
     path = os.path.join(here, "x86_64", f"{name}.json")
     with open(path, "w") as f:
         json.dump(profile(name, calls), f, indent=1)

@@ -36,7 +36,7 @@ pub mod elf;
 
 /// The programs of the image, installed in `/usr/bin`.
 pub const PROGRAMS: &[&str] = &[
-    "init", "stated", "networkd", "blockd", "secretsd", "trustd", "apid",
+    "init", "stated", "networkd", "blockd", "secretsd", "trustd", "apid", "k8sd",
 ];
 
 /// Seccomp profiles that are not shipped (test daemons only).
@@ -247,12 +247,14 @@ pub struct Inputs {
     /// and what they need, and the kernel is copied beside the image for VMs.
     pub kernel: Option<PathBuf>,
     /// Programs of the build machine the image carries in `/usr/bin` with their libraries
-    /// ([`TOOLS`]: mkfs.xfs, which blockd asks init to run to format a system volume).
+    /// ([`TOOLS`]: mkfs.xfs, which blockd asks init to run to format a system volume; etcd,
+    /// which k8sd asks init to run on control planes).
     pub tools: Vec<PathBuf>,
 }
 
-/// The build machine's programs every image carries (Debian's xfsprogs: `install-deps.sh`).
-pub const TOOLS: &[&str] = &["/usr/sbin/mkfs.xfs"];
+/// The build machine's programs every image carries (Debian's xfsprogs and etcd-server:
+/// `install-deps.sh`).
+pub const TOOLS: &[&str] = &["/usr/sbin/mkfs.xfs", "/usr/bin/etcd"];
 
 impl Inputs {
     /// The image's programs from `bin_dir`, with this workspace's manifest and profiles.

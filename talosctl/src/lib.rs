@@ -174,6 +174,11 @@ pub enum Command {
     /// Stop every daemon in reverse dependency order and reboot the node.
     Reboot,
 
+    /// Bootstrap etcd on one control plane node: it starts a new cluster of itself (the
+    /// others join it). Refused (AlreadyExists) on a node that holds etcd data. Through the
+    /// Talos API only.
+    Bootstrap(remote::BootstrapArgs),
+
     /// Apply a new machine configuration to a node (validated, diffed; `--dry-run`).
     #[command(visible_alias = "apply")]
     ApplyConfig(apply::ApplyArgs),
@@ -301,6 +306,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reboot if !over_sockets(&cli) => {
             block_on(async { remote::power(&api(&cli)?, true, &mut out).await })
         }
+        Command::Bootstrap(args) if !over_sockets(&cli) => {
+            block_on(async { remote::bootstrap(&api(&cli)?, args, &mut out).await })
+        }
+        Command::Bootstrap(_) => Err(anyhow::anyhow!(
+            "bootstrap goes through the Talos API (apid): drop --socket/--init-socket"
+        )),
         Command::Shutdown => each_node(&cli, &mut out, |t, out| {
             block_on(power::run(&t.init_socket, false, out))
         }),

@@ -462,6 +462,52 @@ mod tests {
     }
 }
 
+/// `talosctl bootstrap`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BootstrapArgs {
+    /// Recover etcd from this snapshot (`talosctl etcd snapshot`) instead of starting an empty
+    /// cluster: not supported by talos-rs yet (refused before anything is sent).
+    #[arg(long, value_name = "FILE")]
+    pub recover_from: Option<std::path::PathBuf>,
+    /// With --recover-from: skip the snapshot's hash check (a copied `member/snap/db`).
+    #[arg(long, requires = "recover_from")]
+    pub recover_skip_hash_check: bool,
+}
+
+/// `talosctl bootstrap`: one control plane node starts a new etcd cluster of itself; the
+/// others join it. Refused on a node that holds etcd data already (AlreadyExists).
+pub async fn bootstrap(api: &Api, args: &BootstrapArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let Some(f) = &args.recover_from {
+        anyhow::bail!(
+            "--recover-from {}: recovering etcd from a snapshot is not supported by talos-rs yet",
+            f.display()
+        );
+    }
+    let targets = api.targets();
+    if targets.len() != 1 {
+        anyhow::bail!(
+            "bootstrap one control plane node only (-n IP): {} nodes are selected",
+            targets.len()
+        );
+    }
+    let mut c = client(api)?;
+    let mut errors = Vec::new();
+    for (label, node) in targets {
+        let req = proto::machine::BootstrapRequest {
+            recover_etcd: false,
+            recover_skip_hash_check: args.recover_skip_hash_check,
+        };
+        match c.bootstrap(api.for_node(req, node.as_deref())?).await {
+            Ok(_) => writeln!(
+                out,
+                "{label}: bootstrap accepted: etcd starts a new cluster"
+            )?,
+            Err(s) => errors.push(failed(api, &label, &s)),
+        }
+    }
+    finish(errors)
+}
+
 /// `talosctl disks`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DisksArgs {

@@ -49,6 +49,28 @@ impl ResourceSpec for ClientCertificateRequestSpec {
     }
 }
 
+/// A `talosctl bootstrap` (`EtcdBootstrapRequests`, a random ID per call), written by apid and
+/// destroyed once k8sd answered it in `etcd/EtcdBootstrapAnswers` under the same ID.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBootstrapRequestSpec {
+    /// Restore the snapshot uploaded with `EtcdRecover` first (`--recover-from`).
+    #[serde(default)]
+    pub recover_etcd: bool,
+    /// Skip the snapshot's hash check (a copied `member/snap/db`).
+    #[serde(default)]
+    pub recover_skip_hash_check: bool,
+}
+
+impl ResourceSpec for EtcdBootstrapRequestSpec {
+    const TYPE: &'static str = "EtcdBootstrapRequests.apid.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+    }
+}
+
 /// ID of [`MaintenanceCertificateSpec`].
 pub const MAINTENANCE_ID: &str = "maintenance";
 
@@ -79,5 +101,6 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     vec![
         ClientCertificateRequestSpec::definition(),
         MaintenanceCertificateSpec::definition(),
+        EtcdBootstrapRequestSpec::definition(),
     ]
 }

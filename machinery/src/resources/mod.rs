@@ -4,6 +4,7 @@
 pub mod apid;
 pub mod block;
 pub mod config;
+pub mod etcd;
 pub mod network;
 pub mod runtime;
 pub mod secrets;
@@ -21,5 +22,6 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     defs.extend(secrets::definitions());
     defs.extend(trustd::definitions());
     defs.extend(apid::definitions());
+    defs.extend(etcd::definitions());
     defs
 }

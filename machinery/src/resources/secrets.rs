@@ -353,6 +353,10 @@ impl ResourceSpec for TrustdCertsSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdCertsSpec {
+    /// etcd's CA certificate, without its key (ours: upstream's k8sd-side reads the root
+    /// secret; here k8sd, which writes etcd's files, never holds the CA key).
+    #[serde(default, rename = "ca")]
+    pub ca: CertificateAndKey,
     /// etcd's serving certificate.
     pub etcd: CertificateAndKey,
     /// etcd's peer certificate.

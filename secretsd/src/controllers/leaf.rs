@@ -477,7 +477,8 @@ pub fn etcd_wants(hostname: &HostnameStatusSpec, addresses: &NodeAddressSpec) ->
 
 impl LeafPart for Etcd {
     type Spec = EtcdCertsSpec;
-    type Extra = ();
+    // The CA's certificate, without its key: k8sd reads this type, never the root's.
+    type Extra = CertificateAndKey;
     const NAME: &'static str = "secrets.EtcdController";
     const ID: &'static str = ETCD_ID;
 
@@ -492,7 +493,7 @@ impl LeafPart for Etcd {
     async fn plan(
         ctx: &Context,
         _options: &Options,
-    ) -> Result<Planned<(Plan, ())>, ReconcileError> {
+    ) -> Result<Planned<(Plan, Self::Extra)>, ReconcileError> {
         let Some(root) = ctx.get::<EtcdRootSpec>(NAMESPACE, ETCD_ROOT_ID).await? else {
             return Ok(Planned::None);
         };
@@ -508,12 +509,16 @@ impl LeafPart for Etcd {
         let (Some(hostname), Some(addresses)) = (hostname, addresses) else {
             return Ok(Planned::Wait);
         };
+        let ca = CertificateAndKey {
+            crt: root.spec.etcd_ca.crt.clone(),
+            key: String::new(),
+        };
         Ok(Planned::Issue((
             Plan {
                 ca: root.spec.etcd_ca,
                 wants: etcd_wants(&hostname.spec, &addresses.spec),
             },
-            (),
+            ca,
         )))
     }
 
@@ -526,10 +531,11 @@ impl LeafPart for Etcd {
         ]
     }
 
-    fn build((): (), certs: Vec<CertificateAndKey>) -> EtcdCertsSpec {
+    fn build(ca: CertificateAndKey, certs: Vec<CertificateAndKey>) -> EtcdCertsSpec {
         let mut certs = certs.into_iter();
         let mut next = || certs.next().unwrap_or_default();
         EtcdCertsSpec {
+            ca,
             etcd: next(),
             etcd_peer: next(),
             etcd_admin: next(),

@@ -1,0 +1,25 @@
+//! k8sd's controllers.
+
+use crate::etcd;
+
+/// What k8sd runs with.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// etcd's program, files and sandbox.
+    pub etcd: etcd::service::EtcdOptions,
+}
+
+/// Every controller of k8sd.
+///
+/// # Errors
+///
+/// A controller that cannot be registered (a bug).
+pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runtime::RuntimeError> {
+    let mut r = cosi::runtime::Registry::new();
+    r.register(etcd::config::ConfigController::default())?;
+    r.register(etcd::config::SpecController)?;
+    r.register(etcd::pki::PkiController::new(options.etcd.pki_dir.clone()))?;
+    r.register(etcd::service::ServiceController::new(options.etcd.clone()))?;
+    r.register(etcd::health::HealthController::default())?;
+    Ok(r)
+}

@@ -1,0 +1,233 @@
+//! `etcd.HealthController` (ours; upstream's etcd service health check and
+//! `etcd.MemberController` in one): while init runs etcd, a linearizable read of key `health`
+//! through the local client URL with the admin certificate every [`PERIOD`] (upstream's
+//! `ValidateQuorum`: it needs a quorum; permission denied counts as healthy), the member ID
+//! from the answer's header. Writes `EtcdStatus` always and `EtcdMember/local` while healthy.
+
+use std::time::Duration;
+
+use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
+use cosi::Resource;
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use machinery::resources::etcd::{
+    EtcdBootstrapSpec, EtcdMemberSpec, EtcdSpecSpec, EtcdStatusSpec, PkiStatusSpec, CLIENT_PORT,
+    ETCD_ID, LOCAL_MEMBER_ID, NAMESPACE, SERVICE_ID,
+};
+use machinery::resources::runtime::{
+    ServiceSpecSpec, ServiceState, ServiceStatusSpec, NAMESPACE as RUNTIME,
+};
+use machinery::resources::secrets::{
+    EtcdCertsSpec, ETCD_ID as SECRETS_ETCD_ID, NAMESPACE as SECRETS,
+};
+
+/// How often the quorum is checked.
+pub const PERIOD: Duration = Duration::from_secs(5);
+/// How long one check may take.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A client of the local member with the admin certificate.
+///
+/// # Errors
+///
+/// etcd's client error (a TLS setup error, the member unreachable).
+pub async fn local_client(certs: &EtcdCertsSpec) -> Result<Client, etcd_client::Error> {
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(certs.ca.crt.as_bytes()))
+        .identity(Identity::from_pem(
+            certs.etcd_admin.crt.as_bytes(),
+            certs.etcd_admin.key.as_bytes(),
+        ))
+        // The server certificate names localhost and 127.0.0.1.
+        .domain_name("localhost");
+    Client::connect(
+        [format!("https://127.0.0.1:{CLIENT_PORT}")],
+        Some(
+            ConnectOptions::new()
+                .with_tls(tls)
+                .with_connect_timeout(TIMEOUT)
+                .with_timeout(TIMEOUT),
+        ),
+    )
+    .await
+}
+
+/// `etcd.HealthController`.
+#[derive(Default)]
+pub struct HealthController {
+    /// The client, with the `EtcdSecrets` version it was made from.
+    client: Option<(u64, Client)>,
+}
+
+/// The outcome of one check: `Ok(member ID)`, or why not.
+async fn check(client: &mut Client) -> Result<u64, String> {
+    match tokio::time::timeout(TIMEOUT, client.get("health", None)).await {
+        Err(_) => Err(format!("no answer within {} s", TIMEOUT.as_secs())),
+        Ok(Ok(r)) => r
+            .header()
+            .map(|h| h.member_id())
+            .ok_or_else(|| "the answer has no header".to_string()),
+        Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == tonic::Code::PermissionDenied => {
+            // Upstream counts it healthy: the cluster answered. No member ID then.
+            Ok(0)
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+    }
+}
+
+impl Controller for HealthController {
+    fn name(&self) -> &'static str {
+        "etcd.HealthController"
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![
+            Input::weak::<ServiceStatusSpec>(RUNTIME).with_id(SERVICE_ID),
+            Input::weak::<ServiceSpecSpec>(NAMESPACE).with_id(SERVICE_ID),
+            Input::weak::<EtcdSpecSpec>(NAMESPACE).with_id(ETCD_ID),
+            Input::weak::<PkiStatusSpec>(NAMESPACE).with_id(ETCD_ID),
+            Input::weak::<EtcdBootstrapSpec>(NAMESPACE).with_id(ETCD_ID),
+            Input::weak::<EtcdCertsSpec>(SECRETS).with_id(SECRETS_ETCD_ID),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![
+            Output::exclusive::<EtcdStatusSpec>(),
+            Output::exclusive::<EtcdMemberSpec>(),
+        ]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let etcd = ctx.get::<EtcdSpecSpec>(NAMESPACE, ETCD_ID).await?;
+        let Some(etcd) = etcd else {
+            // No etcd on this node (a worker), or no address yet: nothing to say unless a
+            // service is still asked for.
+            self.client = None;
+            return Ok(Action::AwaitChange);
+        };
+        let service = ctx.get::<ServiceSpecSpec>(NAMESPACE, SERVICE_ID).await?;
+        let status = ctx.get::<ServiceStatusSpec>(RUNTIME, SERVICE_ID).await?;
+        let start = service.as_ref().map_or("", |s| {
+            if s.spec
+                .args
+                .iter()
+                .any(|a| a == "--initial-cluster-state=new")
+            {
+                "bootstrap"
+            } else if s
+                .spec
+                .args
+                .iter()
+                .any(|a| a == "--initial-cluster-state=existing")
+            {
+                "join"
+            } else {
+                "resume"
+            }
+        });
+        let mut out = EtcdStatusSpec {
+            phase: "waiting".into(),
+            start: start.into(),
+            ..Default::default()
+        };
+        let mut again = Action::AwaitChange;
+        if service.is_none() {
+            let pki = ctx.get::<PkiStatusSpec>(NAMESPACE, ETCD_ID).await?;
+            let bootstrap = ctx.get::<EtcdBootstrapSpec>(NAMESPACE, ETCD_ID).await?;
+            out.message = if !pki.is_some_and(|p| p.spec.ready) {
+                "waiting for etcd's certificates".into()
+            } else if bootstrap.is_some() {
+                "bootstrap accepted; waiting for etcd's arguments (see k8sd's log)".into()
+            } else {
+                let ips: Vec<String> = etcd
+                    .spec
+                    .advertised_addresses
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                format!(
+                    "etcd is waiting to join the cluster, if this node is the first node in the cluster, please run `talosctl bootstrap` against one of the following IPs: [{}]",
+                    ips.join(" ")
+                )
+            };
+            self.client = None;
+        } else {
+            match status.as_ref().map(|s| &s.spec) {
+                Some(s) if s.state == ServiceState::Running => {
+                    again = Action::RequeueAfter(PERIOD);
+                    match self.probe(ctx).await? {
+                        Ok(id) => {
+                            out.phase = "healthy".into();
+                            out.healthy = true;
+                            if id != 0 {
+                                out.member_id = format!("{id:016x}");
+                            }
+                        }
+                        Err(why) => {
+                            out.phase = "unhealthy".into();
+                            out.message = why;
+                        }
+                    }
+                }
+                Some(s) => {
+                    out.phase = "starting".into();
+                    out.message = format!("etcd's service is {}", s.state.as_str());
+                    if !s.message.is_empty() {
+                        out.message = format!("{}: {}", out.message, s.message);
+                    }
+                    self.client = None;
+                }
+                None => {
+                    out.phase = "starting".into();
+                    out.message = "init has not started etcd yet".into();
+                }
+            }
+        }
+        if !out.member_id.is_empty() {
+            ctx.apply(Resource::new(
+                NAMESPACE,
+                LOCAL_MEMBER_ID,
+                EtcdMemberSpec {
+                    member_id: out.member_id.clone(),
+                },
+            ))
+            .await?;
+        } else if out.healthy {
+            // Healthy without an ID (permission denied): keep what was known.
+            if let Some(m) = ctx
+                .get::<EtcdMemberSpec>(NAMESPACE, LOCAL_MEMBER_ID)
+                .await?
+            {
+                ctx.apply(m).await?;
+            }
+        }
+        ctx.apply(Resource::new(NAMESPACE, ETCD_ID, out)).await?;
+        Ok(again)
+    }
+}
+
+impl HealthController {
+    /// One quorum check with the current admin certificate.
+    async fn probe(&mut self, ctx: &Context) -> Result<Result<u64, String>, ReconcileError> {
+        let Some(certs) = ctx.get::<EtcdCertsSpec>(SECRETS, SECRETS_ETCD_ID).await? else {
+            return Ok(Err("no admin certificate for etcd yet".into()));
+        };
+        let version = certs.metadata.version;
+        if self.client.as_ref().is_none_or(|(v, _)| *v != version) {
+            match tokio::time::timeout(TIMEOUT, local_client(&certs.spec)).await {
+                Ok(Ok(c)) => self.client = Some((version, c)),
+                Ok(Err(e)) => return Ok(Err(format!("cannot reach the local member: {e}"))),
+                Err(_) => return Ok(Err("cannot reach the local member: timed out".into())),
+            }
+        }
+        let Some((_, client)) = self.client.as_mut() else {
+            return Ok(Err("no client".into()));
+        };
+        let r = check(client).await;
+        if r.is_err() {
+            // A fresh connection next time.
+            self.client = None;
+        }
+        Ok(r)
+    }
+}

@@ -1,0 +1,39 @@
+//! The daemon: connect to stated, define the etcd resource types (the first round-trip with
+//! stated, after which k8sd says it is ready), run every controller until shutdown
+//! ([`cosi::runtime::DaemonRun`], the shape these daemons share).
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use crate::controllers;
+
+/// What k8sd runs with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// stated's socket.
+    pub socket: PathBuf,
+    /// Controller settings.
+    pub options: controllers::Options,
+}
+
+/// Why k8sd stopped.
+pub type Error = cosi::runtime::DaemonError;
+
+/// Runs k8sd until `shutdown` completes. `ready` is called once, when the resource definitions
+/// are written (stated answered), before the controllers start.
+///
+/// # Errors
+///
+/// [`Error`]; an unreachable stated is not an error: k8sd waits for it.
+pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) -> Result<(), Error> {
+    let registry = controllers::registry(&config.options).map_err(Error::Register)?;
+    cosi::runtime::DaemonRun {
+        name: "k8sd",
+        socket: config.socket,
+        definitions: machinery::resources::etcd::definitions(),
+        registry,
+        graph_namespace: machinery::resources::etcd::NAMESPACE,
+    }
+    .run(ready, shutdown)
+    .await
+}

@@ -1,0 +1,255 @@
+//! The `etcd` namespace (written by k8sd, on control planes): etcd's configuration, its spec,
+//! its certificates on disk and its membership. Types, IDs and fields follow upstream's
+//! `pkg/machinery/resources/etcd`; [`EtcdStatusSpec`] and the bootstrap types are ours (upstream
+//! keeps the service's health in machined's service runner and the bootstrap flag in the
+//! service instance, which a separate daemon cannot share).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use cosi::{Resource, ResourceDefinition, ResourceSpec};
+use serde::{Deserialize, Serialize};
+
+/// etcd's namespace.
+pub const NAMESPACE: &str = "etcd";
+/// The ID of [`EtcdConfigSpec`], [`EtcdSpecSpec`], [`PkiStatusSpec`], [`EtcdStatusSpec`] and
+/// [`EtcdBootstrapSpec`].
+pub const ETCD_ID: &str = "etcd";
+/// The ID of [`EtcdMemberSpec`]: this node's member.
+pub const LOCAL_MEMBER_ID: &str = "local";
+/// The ID of etcd's requested service (`ServiceSpecs.runtime.talos.dev` in this namespace).
+pub const SERVICE_ID: &str = "etcd";
+/// etcd's client port.
+pub const CLIENT_PORT: u16 = 2379;
+/// etcd's peer port.
+pub const PEER_PORT: u16 = 2380;
+
+/// etcd's configuration from the machine configuration (`EtcdConfigs`, ID `etcd`), on control
+/// planes with an etcd CA (upstream `etcd.ConfigController`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdConfigSpec {
+    /// Subnets the advertised address is picked from (`cluster.etcd.advertisedSubnets`).
+    #[serde(default)]
+    pub advertise_valid_subnets: Vec<String>,
+    /// Addresses never advertised: every shared VIP of the configuration.
+    #[serde(default)]
+    pub advertise_exclude_subnets: Vec<String>,
+    /// Subnets etcd listens on (`cluster.etcd.listenSubnets`); all addresses when empty.
+    #[serde(default)]
+    pub listen_valid_subnets: Vec<String>,
+    /// Addresses never listened on (the VIPs).
+    #[serde(default)]
+    pub listen_exclude_subnets: Vec<String>,
+    /// `cluster.etcd.image`: reported, not run (the node runs Debian's etcd binary).
+    #[serde(default)]
+    pub image: String,
+    /// `cluster.etcd.extraArgs`.
+    #[serde(default)]
+    pub extra_args: BTreeMap<String, String>,
+}
+
+impl ResourceSpec for EtcdConfigSpec {
+    const TYPE: &'static str = "EtcdConfigs.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+    }
+}
+
+/// An `EtcdConfig` resource.
+pub type EtcdConfig = Resource<EtcdConfigSpec>;
+
+/// What etcd runs with (`EtcdSpecs`, ID `etcd`; upstream `etcd.SpecController`): its name and
+/// the addresses it advertises and listens on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdSpecSpec {
+    /// The member name: the node's hostname.
+    pub name: String,
+    /// Advertised peer and client addresses.
+    #[serde(default)]
+    pub advertised_addresses: Vec<IpAddr>,
+    /// Addresses of the peer listener (`0.0.0.0` for all).
+    #[serde(default)]
+    pub listen_peer_addresses: Vec<IpAddr>,
+    /// Addresses of the client listener (`0.0.0.0` for all).
+    #[serde(default)]
+    pub listen_client_addresses: Vec<IpAddr>,
+    /// As [`EtcdConfigSpec::image`].
+    #[serde(default)]
+    pub image: String,
+    /// As [`EtcdConfigSpec::extra_args`].
+    #[serde(default)]
+    pub extra_args: BTreeMap<String, String>,
+}
+
+impl ResourceSpec for EtcdSpecSpec {
+    const TYPE: &'static str = "EtcdSpecs.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[
+            ("Name", "{.name}"),
+            ("Advertised", "{.advertisedAddresses}"),
+        ])
+    }
+}
+
+/// An `EtcdSpec` resource.
+pub type EtcdSpec = Resource<EtcdSpecSpec>;
+
+/// etcd's certificates are on disk (`PKIStatuses`, ID `etcd`; upstream `etcd.PKIController`):
+/// `version` is the version of `secrets/EtcdSecrets` they were written from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PkiStatusSpec {
+    /// The files are written.
+    pub ready: bool,
+    /// `EtcdSecrets` version and `EtcdRootSecrets` version (`12-3`).
+    pub version: String,
+}
+
+impl ResourceSpec for PkiStatusSpec {
+    const TYPE: &'static str = "PKIStatuses.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_columns(&[("Ready", "{.ready}"), ("Version", "{.version}")])
+    }
+}
+
+/// This node's etcd member (`EtcdMembers`, ID `local`; upstream `etcd.MemberController`): exists
+/// while etcd runs and answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMemberSpec {
+    /// The member ID, 16 hex digits (`%016x`).
+    pub member_id: String,
+}
+
+impl ResourceSpec for EtcdMemberSpec {
+    const TYPE: &'static str = "EtcdMembers.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[("Member ID", "{.memberId}")])
+    }
+}
+
+/// Where etcd stands on this node (`EtcdStatuses`, ID `etcd`; ours: upstream's service runner
+/// holds this as the etcd service's health). The quorum check (a linearizable read of key
+/// `health`, as upstream's `ValidateQuorum`) runs every few seconds while etcd runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdStatusSpec {
+    /// `waiting` (for its inputs, or for a bootstrap), `starting`, `healthy`, `unhealthy`.
+    pub phase: String,
+    /// The last quorum check passed.
+    pub healthy: bool,
+    /// The local member's ID (16 hex digits) once known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub member_id: String,
+    /// How etcd was (or will be) started: `bootstrap` (a new cluster of this member), `join`
+    /// (a learner of an existing cluster), `resume` (from its data directory).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub start: String,
+    /// Why it is in its phase, for a human.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl ResourceSpec for EtcdStatusSpec {
+    const TYPE: &'static str = "EtcdStatuses.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[
+            ("Phase", "{.phase}"),
+            ("Healthy", "{.healthy}"),
+            ("Member ID", "{.memberId}"),
+            ("Message", "{.message}"),
+        ])
+    }
+}
+
+/// This node was asked to bootstrap etcd (`EtcdBootstraps`, ID `etcd`; ours): k8sd keeps it
+/// while the data directory is still empty, so that a restarted k8sd still starts a new
+/// cluster rather than waiting to join one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBootstrapSpec {
+    /// The request (`apid/EtcdBootstrapRequests`) that was accepted.
+    pub request: String,
+}
+
+impl ResourceSpec for EtcdBootstrapSpec {
+    const TYPE: &'static str = "EtcdBootstraps.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+    }
+}
+
+/// k8sd's answer to one `apid/EtcdBootstrapRequests` of the same ID (`EtcdBootstrapAnswers`;
+/// ours): accepted, or the gRPC code and message apid returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBootstrapAnswerSpec {
+    /// Empty when accepted; else `AlreadyExists`, `FailedPrecondition`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub code: String,
+    /// What the caller is told.
+    pub message: String,
+}
+
+impl ResourceSpec for EtcdBootstrapAnswerSpec {
+    const TYPE: &'static str = "EtcdBootstrapAnswers.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_columns(&[("Code", "{.code}"), ("Message", "{.message}")])
+    }
+}
+
+/// Definitions of every type of the namespace.
+pub fn definitions() -> Vec<ResourceDefinition> {
+    vec![
+        EtcdConfigSpec::definition(),
+        EtcdSpecSpec::definition(),
+        PkiStatusSpec::definition(),
+        EtcdMemberSpec::definition(),
+        EtcdStatusSpec::definition(),
+        EtcdBootstrapSpec::definition(),
+        EtcdBootstrapAnswerSpec::definition(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_follow_upstream() {
+        assert_eq!(EtcdConfigSpec::TYPE, "EtcdConfigs.etcd.talos.dev");
+        assert_eq!(EtcdSpecSpec::TYPE, "EtcdSpecs.etcd.talos.dev");
+        assert_eq!(PkiStatusSpec::TYPE, "PKIStatuses.etcd.talos.dev");
+        assert_eq!(EtcdMemberSpec::TYPE, "EtcdMembers.etcd.talos.dev");
+        let m = serde_json::to_value(EtcdMemberSpec {
+            member_id: "0123456789abcdef".into(),
+        })
+        .unwrap();
+        assert_eq!(m["memberId"], "0123456789abcdef");
+        for d in definitions() {
+            assert!(
+                d.resource_type.ends_with(".etcd.talos.dev"),
+                "{}",
+                d.resource_type
+            );
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! etcd on a local cluster (`talosctl cluster create`, one control plane and one worker):
+//! k8sd derives etcd's spec and certificates, `talosctl bootstrap` through apid makes init run
+//! Debian's etcd sandboxed on the control plane; a real etcd client (etcdctl, in the node's
+//! network namespace, with the node's admin certificate) writes and reads; a second bootstrap
+//! is refused, a worker's too; etcd killed with SIGKILL is restarted by init and resumes from
+//! its data directory. Needs root; skipped otherwise (failed under CI=true).
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::time::{Duration, Instant};
+
+use machinery::resources::etcd::{EtcdMemberSpec, EtcdSpecSpec, EtcdStatusSpec};
+use machinery::resources::runtime::ServiceStatusSpec;
+use node_tests::{alive, pid_namespace_members, require_root, text, Cluster, NodeInfo};
+
+/// One cluster at a time: they share two cores with everything else.
+static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Waits until `f` returns `Some`, up to `timeout`; panics with `what` and the last state.
+fn wait<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(t) => return t,
+            Err(last) if start.elapsed() > timeout => {
+                panic!("{what}: not within {timeout:?}; last: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+fn etcd_status(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    node: &NodeInfo,
+) -> Result<EtcdStatusSpec, String> {
+    rt.block_on(
+        cluster
+            .state(node)
+            .get_typed::<EtcdStatusSpec>("etcd", "etcd"),
+    )
+    .map(|r| r.spec)
+    .map_err(|e| e.to_string())
+}
+
+fn etcd_service(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    node: &NodeInfo,
+) -> Result<ServiceStatusSpec, String> {
+    rt.block_on(
+        cluster
+            .state(node)
+            .get_typed::<ServiceStatusSpec>("runtime", "etcd"),
+    )
+    .map(|r| r.spec)
+    .map_err(|e| e.to_string())
+}
+
+/// etcdctl in the node's network namespace against its local member, with the admin
+/// certificate k8sd wrote into the node.
+fn etcdctl(cluster: &Cluster, node: &NodeInfo, args: &[&str]) -> std::process::Output {
+    let pki = format!("/proc/{}/root/system/secrets/etcd", node.init_pid.unwrap());
+    let mut all = vec![
+        "env".to_string(),
+        "ETCDCTL_API=3".into(),
+        "etcdctl".into(),
+        "--endpoints=https://127.0.0.1:2379".into(),
+        format!("--cacert={pki}/ca.crt"),
+        format!("--cert={pki}/admin.crt"),
+        format!("--key={pki}/admin.key"),
+        "--command-timeout=10s".into(),
+    ];
+    all.extend(args.iter().map(ToString::to_string));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    cluster.in_netns(node, &all)
+}
+
+fn proc_status(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
+}
+
+/// The host PID of the process that is `pid` in the node's PID namespace.
+fn host_pid(node: &NodeInfo, pid: i32) -> i32 {
+    pid_namespace_members(node.init_pid.unwrap())
+        .into_iter()
+        .find(|p| {
+            field(&proc_status(*p), "NSpid")
+                .split_whitespace()
+                .last()
+                .is_some_and(|last| last == pid.to_string())
+        })
+        .unwrap_or_else(|| panic!("no process {pid} in the node"))
+}
+
+fn field<'a>(status: &'a str, name: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .map_or("", str::trim)
+}
+
+#[test]
+fn bootstrap_runs_a_sandboxed_etcd_a_real_client_uses_it_and_it_survives_sigkill() {
+    require_root!();
+    let _one = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = Cluster::builder().controlplanes(1).workers(1).create();
+    let nodes = cluster.nodes();
+    let (cp, worker) = (&nodes[0], &nodes[1]);
+    assert_eq!(cp.role, "controlplane");
+    let rt = rt();
+    let _rt = rt.enter();
+
+    // Before a bootstrap the control plane waits, saying what to do, and asks for no etcd.
+    let waiting = wait(
+        Duration::from_secs(60),
+        "etcd waits for a bootstrap",
+        || {
+            let s = etcd_status(&rt, &cluster, cp)?;
+            (s.phase == "waiting" && s.message.contains("talosctl bootstrap"))
+                .then_some(s.clone())
+                .ok_or(format!("{s:?}"))
+        },
+    );
+    assert!(waiting.message.contains(&cp.ip), "{waiting:?}");
+    assert!(
+        etcd_service(&rt, &cluster, cp).is_err(),
+        "no etcd before a bootstrap"
+    );
+    let spec = rt
+        .block_on(cluster.state(cp).get_typed::<EtcdSpecSpec>("etcd", "etcd"))
+        .unwrap()
+        .spec;
+    assert_eq!(spec.name, cp.name);
+    assert_eq!(
+        spec.advertised_addresses,
+        vec![cp.ip.parse::<std::net::IpAddr>().unwrap()]
+    );
+
+    // A worker runs no etcd and refuses a bootstrap.
+    assert!(rt
+        .block_on(
+            cluster
+                .state(worker)
+                .get_typed::<EtcdSpecSpec>("etcd", "etcd")
+        )
+        .is_err());
+    let out = cluster.talosctl(&["-n", &worker.ip, "bootstrap"]);
+    assert!(!out.status.success(), "a worker bootstraps: {}", text(&out));
+    assert!(text(&out).contains("runs no etcd"), "{}", text(&out));
+
+    // The bootstrap: accepted, etcd runs and answers the quorum check.
+    let out = cluster.talosctl(&["-n", &cp.ip, "bootstrap"]);
+    assert!(out.status.success(), "bootstrap: {}", text(&out));
+    let healthy = wait(Duration::from_secs(60), "etcd healthy", || {
+        let s = etcd_status(&rt, &cluster, cp)?;
+        s.healthy.then_some(s.clone()).ok_or(format!("{s:?}"))
+    });
+    assert_eq!(healthy.start, "bootstrap");
+    assert_eq!(healthy.member_id.len(), 16, "{healthy:?}");
+    let member = rt
+        .block_on(
+            cluster
+                .state(cp)
+                .get_typed::<EtcdMemberSpec>("etcd", "local"),
+        )
+        .unwrap()
+        .spec;
+    assert_eq!(member.member_id, healthy.member_id);
+
+    // init runs it in its sandbox: its own uid, no capability, seccomp, no new privileges.
+    let svc = etcd_service(&rt, &cluster, cp).unwrap();
+    assert!(svc.pid > 0, "{svc:?}");
+    let pid = host_pid(cp, svc.pid);
+    let st = proc_status(pid);
+    assert!(field(&st, "Uid").starts_with("1990001600"), "{st}");
+    assert_eq!(field(&st, "CapEff"), "0000000000000000", "{st}");
+    assert_eq!(field(&st, "Seccomp"), "2", "{st}");
+    assert_eq!(field(&st, "NoNewPrivs"), "1", "{st}");
+
+    // A real client with the node's admin certificate: one member, named after the node,
+    // with the ID k8sd reports; a write and a read.
+    let out = etcdctl(&cluster, cp, &["member", "list", "-w", "json"]);
+    assert!(out.status.success(), "member list: {}", text(&out));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let members = list["members"].as_array().unwrap();
+    assert_eq!(members.len(), 1, "{list}");
+    assert_eq!(members[0]["name"], cp.name.as_str());
+    assert_eq!(
+        format!("{:016x}", members[0]["ID"].as_u64().unwrap()),
+        healthy.member_id
+    );
+    let out = etcdctl(&cluster, cp, &["put", "talos-rs/test", "kept"]);
+    assert!(out.status.success(), "put: {}", text(&out));
+    // Without a client certificate etcd refuses (client-cert-auth).
+    let pki = format!("/proc/{}/root/system/secrets/etcd", cp.init_pid.unwrap());
+    let out = cluster.in_netns(
+        cp,
+        &[
+            "env",
+            "ETCDCTL_API=3",
+            "etcdctl",
+            "--endpoints=https://127.0.0.1:2379",
+            &format!("--cacert={pki}/ca.crt"),
+            "--command-timeout=5s",
+            "get",
+            "talos-rs/test",
+        ],
+    );
+    assert!(
+        !out.status.success(),
+        "no client certificate: {}",
+        text(&out)
+    );
+    // etcd's CA key is not on the node's disk.
+    assert!(!std::path::Path::new(&format!("{pki}/ca.key")).exists());
+
+    // A second bootstrap is refused: the data directory is not empty.
+    let out = cluster.talosctl(&["-n", &cp.ip, "bootstrap"]);
+    assert!(!out.status.success(), "second bootstrap: {}", text(&out));
+    assert!(text(&out).contains("not empty"), "{}", text(&out));
+
+    // SIGKILL: init restarts it, it resumes from its data directory, the key is there.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+    let again = wait(Duration::from_secs(60), "etcd restarted", || {
+        let s = etcd_service(&rt, &cluster, cp)?;
+        (s.pid > 0 && s.pid != svc.pid && s.restarts >= 1)
+            .then_some(s.clone())
+            .ok_or(format!("{s:?}"))
+    });
+    assert!(!alive(pid));
+    assert!(again.last_exit.contains('9'), "{again:?}");
+    wait(Duration::from_secs(60), "etcd healthy again", || {
+        let s = etcd_status(&rt, &cluster, cp)?;
+        s.healthy.then_some(()).ok_or(format!("{s:?}"))
+    });
+    let out = etcdctl(
+        &cluster,
+        cp,
+        &["get", "talos-rs/test", "--print-value-only"],
+    );
+    assert!(out.status.success(), "get: {}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "kept");
+    assert_eq!(
+        etcd_status(&rt, &cluster, cp).unwrap().member_id,
+        healthy.member_id,
+        "the same member"
+    );
+
+    let out = cluster.destroy();
+    assert!(out.status.success(), "destroy: {}", text(&out));
+}
