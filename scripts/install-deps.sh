@@ -36,9 +36,12 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
   # On a host with systemd, Debian enables and starts a system etcd on :2379: nothing here uses
-  # it (nodes run their own in their namespaces), so the one just installed is stopped.
+  # it (nodes run their own in their namespaces), so the one just installed is stopped, disabled
+  # and masked (no later upgrade or dependency starts it again and holds 2379/2380). Only then:
+  # an etcd-server that was already there is the host's own business.
   if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
     systemctl disable --now etcd.service >/dev/null 2>&1 || true
+    systemctl mask etcd.service >/dev/null 2>&1 || true
   fi
 fi
 

@@ -6,7 +6,8 @@
 //! /bin, /sbin -> usr/bin         /lib -> usr/lib
 //! /usr/bin/{init,stated,networkd,blockd,secretsd,trustd,apid}
 //! /usr/bin/mkfs.xfs              a tool of the build machine (blockd asks init to run it)
-//! /usr/lib/<multiarch>/...       the libraries of what is dynamically linked (mkfs.xfs)
+//! /usr/bin/etcd                  a tool of the build machine (k8sd asks init to run it)
+//! /usr/lib/<multiarch>/...       the libraries of what is dynamically linked (mkfs.xfs, etcd)
 //! /etc/talos/daemons.yaml        the daemon manifest init runs
 //! /etc/talos/seccomp/*.json      the seccomp profiles (compiled into init; shipped for audit)
 //! /etc/{os-release,passwd,group} one user per daemon of the manifest
