@@ -10,14 +10,14 @@
 
 use std::time::Duration;
 
-use cosi::{Resource, ResourceSpec};
+use cosi::ResourceSpec;
 use machinery::config::Config;
 use machinery::resources::apid::{
-    ClientCertificateRequestSpec, KNOWN_ROLES, MAX_CLIENT_CERTIFICATE_REQUESTS, NAMESPACE,
+    ClientCertificateRequestSpec, KNOWN_ROLES, MAX_CLIENT_CERTIFICATE_REQUESTS,
 };
 use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
 use machinery::resources::secrets::{ClientCertificateSpec, NAMESPACE as SECRETS};
-use machinery::secrets::x509::{self, KeyAlgorithm, LeafRequest, MAX_LEAF_VALIDITY};
+use machinery::secrets::x509::{KeyAlgorithm, LeafRequest, MAX_LEAF_VALIDITY};
 use proto::machine::{GenerateClientConfiguration, GenerateClientConfigurationRequest};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -98,9 +98,7 @@ fn context_name(cluster: &str, roles: &[String]) -> String {
     }
 }
 
-fn unavailable(e: &cosi::StateError) -> Status {
-    Status::unavailable(format!("stated is not answering apid: {e}"))
-}
+use crate::request::unavailable;
 
 impl Generator {
     /// A generator over stated.
@@ -156,40 +154,24 @@ impl Generator {
         let key = key
             .to_pem()
             .map_err(|e| Status::internal(format!("cannot encode the key: {e}")))?;
-        let id = x509::random(16)
-            .map_err(|e| Status::internal(e.to_string()))?
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>();
-        let request = Resource::<ClientCertificateRequestSpec>::new(
-            NAMESPACE,
-            id.clone(),
+        let request = crate::request::Pending::create(
+            &self.client,
+            OWNER,
             ClientCertificateRequestSpec {
                 csr: csr.clone(),
                 roles: roles.clone(),
                 ttl_seconds,
             },
-        );
-        let raw = request
-            .to_raw()
-            .map_err(|e| Status::internal(e.to_string()))?;
-        self.client
-            .create(&raw, OWNER)
-            .await
-            .map_err(|e| unavailable(&e))?;
-        // Destroyed however the call ends, a cancelled one (the client went away) included.
-        let _cleanup = Cleanup {
-            client: self.client.clone(),
-            id: id.clone(),
-        };
-        let answer = tokio::time::timeout(ANSWER_TIMEOUT, self.answer(&id, &csr))
-            .await
-            .map_err(|_| {
-                Status::deadline_exceeded(format!(
-                    "secretsd did not sign the client certificate within {} s",
-                    ANSWER_TIMEOUT.as_secs()
-                ))
-            })??;
+        )
+        .await?;
+        let answer = request
+            .answer::<ClientCertificateSpec>(
+                SECRETS,
+                ANSWER_TIMEOUT,
+                "secretsd did not sign the client certificate",
+                |a| a.csr == csr,
+            )
+            .await?;
         if !answer.error.is_empty() {
             return Err(Status::failed_precondition(answer.error));
         }
@@ -218,75 +200,11 @@ impl Generator {
             talosconfig: talosconfig.into_bytes(),
         })
     }
-
-    /// secretsd's answer for the CSR of request `id`.
-    async fn answer(&self, id: &str, csr: &str) -> Result<ClientCertificateSpec, Status> {
-        let mut wait = Duration::from_millis(10);
-        loop {
-            match self
-                .client
-                .get_typed::<ClientCertificateSpec>(SECRETS, id)
-                .await
-            {
-                Ok(a) if a.spec.csr == csr => return Ok(a.spec),
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(unavailable(&e)),
-            }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(Duration::from_millis(200));
-        }
-    }
-}
-
-/// Destroys a request when dropped.
-struct Cleanup {
-    client: cosi::Client,
-    id: String,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let client = self.client.clone();
-        let id = std::mem::take(&mut self.id);
-        tokio::spawn(async move {
-            if let Err(e) = client
-                .destroy(NAMESPACE, ClientCertificateRequestSpec::TYPE, &id, OWNER)
-                .await
-            {
-                if !e.is_not_found() {
-                    tracing::warn!(request = %id, error = %e, "cannot remove a client certificate request");
-                }
-            }
-        });
-    }
 }
 
 /// Destroys the requests a previous apid left (it was killed mid-call).
 pub async fn forget_stale(client: &cosi::Client) {
-    let stale = match client
-        .list(
-            NAMESPACE,
-            ClientCertificateRequestSpec::TYPE,
-            &cosi::Query::default(),
-        )
-        .await
-    {
-        Ok(list) => list,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot list client certificate requests");
-            return;
-        }
-    };
-    for r in stale {
-        let m = &r.metadata;
-        if let Err(e) = client
-            .destroy(&m.namespace, &m.r#type, &m.id, &m.owner)
-            .await
-        {
-            tracing::warn!(request = %m.id, error = %e, "cannot remove a stale client certificate request");
-        }
-    }
+    crate::request::forget_stale(client, ClientCertificateRequestSpec::TYPE).await;
 }
 
 #[cfg(test)]

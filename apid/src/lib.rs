@@ -19,6 +19,7 @@ pub mod client_config;
 pub mod controller;
 pub mod machine;
 pub mod proxy;
+pub mod request;
 pub mod run;
 pub mod state;
 pub mod storage;

@@ -4,7 +4,7 @@
 //! ```text
 //! /init -> usr/bin/init          what the kernel runs from an initramfs
 //! /bin, /sbin -> usr/bin         /lib -> usr/lib
-//! /usr/bin/{init,stated,networkd,blockd,secretsd,trustd,apid}
+//! /usr/bin/{init,stated,networkd,blockd,secretsd,trustd,apid,k8sd}
 //! /usr/bin/mkfs.xfs              a tool of the build machine (blockd asks init to run it)
 //! /usr/bin/etcd                  a tool of the build machine (k8sd asks init to run it)
 //! /usr/lib/<multiarch>/...       the libraries of what is dynamically linked (mkfs.xfs, etcd)

@@ -27,7 +27,8 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     kernel: Option<PathBuf>,
     /// Programs of this machine to carry in /usr/bin with their libraries (mkfs.xfs, which
-    /// blockd asks init to run to format a system volume; Debian's xfsprogs).
+    /// blockd asks init to run to format a system volume, from Debian's xfsprogs; etcd, which
+    /// k8sd asks init to run on control planes, from Debian's etcd-server).
     #[arg(long, value_delimiter = ',', default_values_t = rootfs::TOOLS.iter().map(|p| p.to_string()))]
     tools: Vec<String>,
 }

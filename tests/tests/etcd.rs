@@ -257,3 +257,102 @@ fn bootstrap_runs_a_sandboxed_etcd_a_real_client_uses_it_and_it_survives_sigkill
     let out = cluster.destroy();
     assert!(out.status.success(), "destroy: {}", text(&out));
 }
+
+/// `etcdctl member list -w json` on `node`: (name, hex ID, learner) of each member.
+fn members(cluster: &Cluster, node: &NodeInfo) -> Result<Vec<(String, String, bool)>, String> {
+    let out = etcdctl(cluster, node, &["member", "list", "-w", "json"]);
+    if !out.status.success() {
+        return Err(text(&out));
+    }
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    Ok(list["members"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| {
+                    (
+                        m["name"].as_str().unwrap_or_default().to_string(),
+                        format!("{:016x}", m["ID"].as_u64().unwrap_or_default()),
+                        m["isLearner"].as_bool().unwrap_or(false),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+#[test]
+fn three_control_planes_join_as_learners_are_promoted_and_share_the_data() {
+    require_root!();
+    let _one = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = Cluster::builder().controlplanes(3).workers(1).create();
+    let nodes = cluster.nodes();
+    let cps: Vec<&NodeInfo> = nodes.iter().filter(|n| n.role == "controlplane").collect();
+    let worker = nodes.iter().find(|n| n.role == "worker").unwrap();
+    assert_eq!(cps.len(), 3);
+    let rt = rt();
+    let _rt = rt.enter();
+
+    // Nobody runs etcd before the bootstrap: the others have no cluster to join yet.
+    for cp in &cps {
+        wait(Duration::from_secs(60), "etcd waits", || {
+            let s = etcd_status(&rt, &cluster, cp)?;
+            (s.phase == "waiting").then_some(()).ok_or(format!("{s:?}"))
+        });
+    }
+    let out = cluster.talosctl(&["-n", &cps[0].ip, "bootstrap"]);
+    assert!(out.status.success(), "bootstrap: {}", text(&out));
+    let started = Instant::now();
+
+    // The other two add themselves as learners (one at a time) and get promoted.
+    let voters = wait(Duration::from_secs(120), "three voting members", || {
+        let m = members(&cluster, cps[0])?;
+        (m.len() == 3
+            && m.iter()
+                .all(|(name, _, learner)| !name.is_empty() && !learner))
+        .then_some(m.clone())
+        .ok_or(format!("{m:?}"))
+    });
+    eprintln!(
+        "bootstrap -> three voting members: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    for cp in &cps {
+        let s = wait(Duration::from_secs(60), "healthy", || {
+            let s = etcd_status(&rt, &cluster, cp)?;
+            s.healthy.then_some(s.clone()).ok_or(format!("{s:?}"))
+        });
+        assert!(
+            voters
+                .iter()
+                .any(|(name, id, _)| *name == cp.name && *id == s.member_id),
+            "{} ({}) among {voters:?}",
+            cp.name,
+            s.member_id
+        );
+        let expected = if cp.name == cps[0].name {
+            "bootstrap"
+        } else {
+            "join"
+        };
+        assert_eq!(s.start, expected, "{}", cp.name);
+    }
+
+    // Written on the first, read on the third.
+    let out = etcdctl(&cluster, cps[0], &["put", "talos-rs/shared", "across"]);
+    assert!(out.status.success(), "put: {}", text(&out));
+    let out = etcdctl(
+        &cluster,
+        cps[2],
+        &["get", "talos-rs/shared", "--print-value-only"],
+    );
+    assert!(out.status.success(), "get: {}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "across");
+
+    // The worker runs no etcd.
+    assert!(etcd_service(&rt, &cluster, worker).is_err());
+    assert!(etcd_status(&rt, &cluster, worker).is_err());
+
+    let out = cluster.destroy();
+    assert!(out.status.success(), "destroy: {}", text(&out));
+}

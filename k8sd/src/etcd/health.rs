@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::Resource;
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::Client;
 use machinery::resources::etcd::{
     EtcdBootstrapSpec, EtcdMemberSpec, EtcdSpecSpec, EtcdStatusSpec, PkiStatusSpec, CLIENT_PORT,
     ETCD_ID, LOCAL_MEMBER_ID, NAMESPACE, SERVICE_ID,
@@ -25,37 +25,31 @@ pub const PERIOD: Duration = Duration::from_secs(5);
 /// How long one check may take.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A client of the local member with the admin certificate.
+/// A client of the local member with the admin certificate (its server certificate names
+/// `localhost` and 127.0.0.1).
 ///
 /// # Errors
 ///
-/// etcd's client error (a TLS setup error, the member unreachable).
-pub async fn local_client(certs: &EtcdCertsSpec) -> Result<Client, etcd_client::Error> {
-    let tls = TlsOptions::new()
-        .ca_certificate(Certificate::from_pem(certs.ca.crt.as_bytes()))
-        .identity(Identity::from_pem(
-            certs.etcd_admin.crt.as_bytes(),
-            certs.etcd_admin.key.as_bytes(),
-        ))
-        // The server certificate names localhost and 127.0.0.1.
-        .domain_name("localhost");
-    Client::connect(
-        [format!("https://127.0.0.1:{CLIENT_PORT}")],
-        Some(
-            ConnectOptions::new()
-                .with_tls(tls)
-                .with_connect_timeout(TIMEOUT)
-                .with_timeout(TIMEOUT),
-        ),
+/// Why the member cannot be reached.
+pub async fn local_client(certs: &EtcdCertsSpec) -> Result<Client, String> {
+    super::join::client(
+        certs,
+        &[format!("https://127.0.0.1:{CLIENT_PORT}")],
+        Some("localhost"),
     )
     .await
 }
+
+/// How often a learner asks to be promoted (upstream: every 2 s).
+pub const PROMOTE_RETRY: Duration = Duration::from_secs(2);
 
 /// `etcd.HealthController`.
 #[derive(Default)]
 pub struct HealthController {
     /// The client, with the `EtcdSecrets` version it was made from.
     client: Option<(u64, Client)>,
+    /// The joined member was seen voting (no more promotion to ask for).
+    voting: bool,
 }
 
 /// The outcome of one check: `Ok(member ID)`, or why not.
@@ -152,7 +146,23 @@ impl Controller for HealthController {
             };
             self.client = None;
         } else {
+            let running = status
+                .as_ref()
+                .is_some_and(|s| s.spec.state == ServiceState::Running);
+            if !running {
+                self.voting = false;
+            } else if start == "join" && !self.voting {
+                let args = service
+                    .as_ref()
+                    .map(|s| s.spec.args.as_slice())
+                    .unwrap_or_default();
+                if let Some(why) = self.promote(ctx, args, &etcd.spec.name).await? {
+                    out.phase = "joining".into();
+                    out.message = format!("a learner, waiting to be promoted: {why}");
+                }
+            }
             match status.as_ref().map(|s| &s.spec) {
+                _ if out.phase == "joining" => again = Action::RequeueAfter(PROMOTE_RETRY),
                 Some(s) if s.state == ServiceState::Running => {
                     again = Action::RequeueAfter(PERIOD);
                     match self.probe(ctx).await? {
@@ -207,6 +217,29 @@ impl Controller for HealthController {
 }
 
 impl HealthController {
+    /// A joined member that is not known to vote yet asks the other members (those of its
+    /// `--initial-cluster`) to promote it. `Some(why)` while it is still a learner.
+    async fn promote(
+        &mut self,
+        ctx: &Context,
+        args: &[String],
+        name: &str,
+    ) -> Result<Option<String>, ReconcileError> {
+        let endpoints = super::service::arg_value(args, "initial-cluster")
+            .map(|ic| super::service::member_endpoints(ic, name))
+            .unwrap_or_default();
+        let Some(certs) = ctx.get::<EtcdCertsSpec>(SECRETS, SECRETS_ETCD_ID).await? else {
+            return Ok(Some("no admin certificate for etcd yet".into()));
+        };
+        match super::join::promote(&certs.spec, &endpoints, name).await {
+            Ok(_) => {
+                self.voting = true;
+                Ok(None)
+            }
+            Err(why) => Ok(Some(why)),
+        }
+    }
+
     /// One quorum check with the current admin certificate.
     async fn probe(&mut self, ctx: &Context) -> Result<Result<u64, String>, ReconcileError> {
         let Some(certs) = ctx.get::<EtcdCertsSpec>(SECRETS, SECRETS_ETCD_ID).await? else {
@@ -214,10 +247,9 @@ impl HealthController {
         };
         let version = certs.metadata.version;
         if self.client.as_ref().is_none_or(|(v, _)| *v != version) {
-            match tokio::time::timeout(TIMEOUT, local_client(&certs.spec)).await {
-                Ok(Ok(c)) => self.client = Some((version, c)),
-                Ok(Err(e)) => return Ok(Err(format!("cannot reach the local member: {e}"))),
-                Err(_) => return Ok(Err("cannot reach the local member: timed out".into())),
+            match local_client(&certs.spec).await {
+                Ok(c) => self.client = Some((version, c)),
+                Err(e) => return Ok(Err(e)),
             }
         }
         let Some((_, client)) = self.client.as_mut() else {

@@ -4,6 +4,7 @@
 pub mod args;
 pub mod config;
 pub mod health;
+pub mod join;
 pub mod pki;
 pub mod service;
 

@@ -4,8 +4,8 @@
 //! etcd is asked for once its spec and its certificates are there, and then:
 //! - its data directory holds something: it resumes from it (no initial cluster);
 //! - it is empty and this node accepted a bootstrap: a new cluster of this member alone;
-//! - it is empty otherwise: it waits (upstream joins the existing members as a learner; the
-//!   endpoints to join come from cluster discovery, which this node does not have yet).
+//! - it is empty otherwise: it joins the existing members as a learner ([`super::join`]),
+//!   through the control plane endpoint's host, and waits while none answers.
 //!
 //! Once asked, its arguments stay as they are while they still fit (a bootstrapped etcd whose
 //! data directory filled up keeps `--initial-cluster-state=new`, which etcd ignores then): a
@@ -18,15 +18,21 @@
 //! restarted k8sd still bootstraps).
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::Resource;
+use machinery::config::Config;
 use machinery::resources::apid::{EtcdBootstrapRequestSpec, NAMESPACE as APID};
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
 use machinery::resources::etcd::{
     EtcdBootstrapAnswerSpec, EtcdBootstrapSpec, EtcdConfigSpec, EtcdSpecSpec, PkiStatusSpec,
     CLIENT_PORT, ETCD_ID, NAMESPACE, PEER_PORT, SERVICE_ID,
 };
 use machinery::resources::runtime::{ServicePath, ServiceSpecSpec};
+use machinery::resources::secrets::{
+    EtcdCertsSpec, ETCD_ID as SECRETS_ETCD_ID, NAMESPACE as SECRETS,
+};
 
 use super::args::{self, Paths, Start};
 
@@ -96,11 +102,38 @@ pub fn service_spec(options: &EtcdOptions, args: Vec<String>) -> ServiceSpecSpec
     }
 }
 
+/// How often a join is tried while no member answers (upstream: every 3 s).
+pub const JOIN_RETRY: Duration = Duration::from_secs(3);
+/// How often a failing join is logged.
+const JOIN_LOG: Duration = Duration::from_secs(30);
+
+/// The value of `--flag=` among `args`.
+pub fn arg_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let prefix = format!("--{flag}=");
+    args.iter().find_map(|a| a.strip_prefix(prefix.as_str()))
+}
+
+/// The client endpoints (`https://host:2379`) of the other members named in an
+/// `--initial-cluster` value (`name=https://host:2380,...`), `own` name excluded.
+pub fn member_endpoints(initial_cluster: &str, own: &str) -> Vec<String> {
+    let mut out: Vec<String> = initial_cluster
+        .split(',')
+        .filter_map(|e| e.split_once('='))
+        .filter(|(n, _)| *n != own)
+        .filter_map(|(_, url)| super::join::client_endpoint(url))
+        .collect();
+    out.dedup();
+    out
+}
+
 /// `etcd.ServiceController`.
 pub struct ServiceController {
     options: EtcdOptions,
     /// The last refusal of the arguments logged.
     refused: Option<String>,
+    /// The last join attempt and when a failure was last logged.
+    joined_at: Option<Instant>,
+    join_logged: Option<Instant>,
 }
 
 impl ServiceController {
@@ -109,7 +142,33 @@ impl ServiceController {
         Self {
             options,
             refused: None,
+            joined_at: None,
+            join_logged: None,
         }
+    }
+
+    /// The members to join through: the control plane endpoint's host, unless it is this node.
+    fn join_endpoints(config: Option<&str>, own: &[std::net::IpAddr]) -> Vec<String> {
+        let Some(text) = config else {
+            return Vec::new();
+        };
+        let Ok(config) = Config::from_yaml(text) else {
+            return Vec::new();
+        };
+        let Some(url) = config
+            .cluster()
+            .and_then(|c| c.control_plane.as_ref())
+            .and_then(|cp| cp.endpoint.clone())
+        else {
+            return Vec::new();
+        };
+        super::join::client_endpoint(&url)
+            .filter(|ep| {
+                !own.iter()
+                    .any(|ip| *ep == super::args::url(*ip, CLIENT_PORT))
+            })
+            .into_iter()
+            .collect()
     }
 }
 
@@ -124,6 +183,8 @@ impl Controller for ServiceController {
             Input::weak::<EtcdSpecSpec>(NAMESPACE).with_id(ETCD_ID),
             Input::weak::<PkiStatusSpec>(NAMESPACE).with_id(ETCD_ID),
             Input::weak::<EtcdBootstrapRequestSpec>(APID),
+            Input::weak::<MachineConfigSpec>(REDACTED_NAMESPACE).with_id(ACTIVE_ID),
+            Input::weak::<EtcdCertsSpec>(SECRETS).with_id(SECRETS_ETCD_ID),
         ]
     }
 
@@ -225,12 +286,23 @@ impl Controller for ServiceController {
             .get::<ServiceSpecSpec>(NAMESPACE, SERVICE_ID)
             .await?
             .map(|s| s.spec);
+        let stored_join = stored
+            .as_ref()
+            .filter(|s| arg_value(&s.args, "initial-cluster-state") == Some("existing"))
+            .and_then(|s| arg_value(&s.args, "initial-cluster"))
+            .map(str::to_string);
         let start = if data {
             Start::Resume
         } else if bootstrap.is_some() {
             Start::Bootstrap
+        } else if let Some(initial_cluster) = stored_join.clone() {
+            // Added as a learner already: etcd is joining with these arguments.
+            Start::Join { initial_cluster }
         } else {
-            return Ok(Action::AwaitChange);
+            match self.join(ctx, &spec.spec).await? {
+                Some(initial_cluster) => Start::Join { initial_cluster },
+                None => return Ok(Action::RequeueAfter(JOIN_RETRY)),
+            }
         };
         let (data_dir, pki_dir) = (self.options.data_dir.clone(), self.options.pki_dir.clone());
         let paths = Paths {
@@ -252,8 +324,11 @@ impl Controller for ServiceController {
         self.refused = None;
         let mut wanted = service_spec(&self.options, args);
         if let Some(stored) = stored {
-            // A bootstrapped etcd whose data directory filled keeps its arguments.
-            let still_fits = data && render(&Start::Bootstrap).is_ok_and(|b| b == stored.args);
+            // A bootstrapped or joined etcd whose data directory filled keeps its arguments.
+            let joined = stored_join.map(|initial_cluster| Start::Join { initial_cluster });
+            let still_fits = data
+                && (render(&Start::Bootstrap).is_ok_and(|b| b == stored.args)
+                    || joined.is_some_and(|j| render(&j).is_ok_and(|b| b == stored.args)));
             if still_fits {
                 wanted.args = stored.args;
             }
@@ -261,6 +336,57 @@ impl Controller for ServiceController {
         ctx.apply(Resource::new(NAMESPACE, SERVICE_ID, wanted))
             .await?;
         Ok(Action::AwaitChange)
+    }
+}
+
+impl ServiceController {
+    /// One attempt to join (at most every [`JOIN_RETRY`]): `Some(--initial-cluster)` once this
+    /// node was added as a learner.
+    async fn join(
+        &mut self,
+        ctx: &Context,
+        spec: &EtcdSpecSpec,
+    ) -> Result<Option<String>, ReconcileError> {
+        if self.joined_at.is_some_and(|t| t.elapsed() < JOIN_RETRY) {
+            return Ok(None);
+        }
+        self.joined_at = Some(Instant::now());
+        let config = ctx
+            .get::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
+            .await?
+            .map(|c| c.spec.0);
+        let endpoints = Self::join_endpoints(config.as_deref(), &spec.advertised_addresses);
+        let Some(certs) = ctx.get::<EtcdCertsSpec>(SECRETS, SECRETS_ETCD_ID).await? else {
+            return Ok(None);
+        };
+        let why = if endpoints.is_empty() {
+            "no other control plane to join through (this node is the control plane endpoint)"
+                .to_string()
+        } else {
+            let peers: Vec<String> = spec
+                .advertised_addresses
+                .iter()
+                .map(|ip| super::args::url(*ip, PEER_PORT))
+                .collect();
+            match super::join::add_learner(&certs.spec, &endpoints, &spec.name, &peers).await {
+                Ok((id, initial_cluster)) => {
+                    tracing::info!(member = %format!("{id:016x}"), %initial_cluster, "added to the etcd cluster as a learner");
+                    self.join_logged = None;
+                    return Ok(Some(initial_cluster));
+                }
+                Err(e) => e,
+            }
+        };
+        if self.join_logged.is_none_or(|t| t.elapsed() >= JOIN_LOG) {
+            self.join_logged = Some(Instant::now());
+            let ips: Vec<String> = spec
+                .advertised_addresses
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            tracing::warn!(reason = %why, "etcd is waiting to join the cluster, if this node is the first node in the cluster, please run `talosctl bootstrap` against one of the following IPs: [{}]", ips.join(" "));
+        }
+        Ok(None)
     }
 }
 
@@ -281,6 +407,30 @@ mod tests {
         assert_eq!(rw.len(), 1);
         assert_eq!(rw[0].path, "/var/lib/etcd");
         assert_eq!(s.seccomp_profile, "etcd");
+    }
+
+    #[test]
+    fn the_other_members_are_reached_on_their_client_port() {
+        let ic = "cp-1=https://10.5.0.2:2380,cp-2=https://10.5.0.3:2380";
+        assert_eq!(member_endpoints(ic, "cp-2"), vec!["https://10.5.0.2:2379"]);
+        let args = vec![
+            "--initial-cluster-state=existing".to_string(),
+            format!("--initial-cluster={ic}"),
+        ];
+        assert_eq!(arg_value(&args, "initial-cluster"), Some(ic));
+        assert_eq!(arg_value(&args, "initial-cluster-state"), Some("existing"));
+    }
+
+    #[test]
+    fn a_node_never_joins_through_itself() {
+        let config = "version: v1alpha1\nmachine:\n  type: controlplane\ncluster:\n  controlPlane:\n    endpoint: https://10.5.0.2:6443\n";
+        let own: Vec<std::net::IpAddr> = vec!["10.5.0.2".parse().unwrap()];
+        assert!(ServiceController::join_endpoints(Some(config), &own).is_empty());
+        let other: Vec<std::net::IpAddr> = vec!["10.5.0.3".parse().unwrap()];
+        assert_eq!(
+            ServiceController::join_endpoints(Some(config), &other),
+            vec!["https://10.5.0.2:2379"]
+        );
     }
 
     #[test]
