@@ -343,3 +343,30 @@ fn kernel_modules_are_said_unapplied_in_container_mode_only() {
         "{metal:?}"
     );
 }
+
+#[test]
+fn etcd_extra_args_may_not_override_a_pinned_flag_and_an_image_is_said_unapplied() {
+    let text = CONTROLPLANE.replacen(
+        "        # image: gcr.io/etcd-development/etcd:v3.5.21\n",
+        "        image: gcr.io/etcd-development/etcd:v3.5.21\n        extraArgs:\n            client-cert-auth: \"false\"\n            data-dir: /tmp/x\n            election-timeout: \"5000\"\n            advertise-client-urls: https://10.0.0.1:2379\n",
+        1,
+    );
+    assert_ne!(text, CONTROLPLANE, "the sample's etcd section moved");
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(
+        paths(&errs),
+        [
+            "cluster.etcd.extraArgs.client-cert-auth",
+            "cluster.etcd.extraArgs.data-dir"
+        ],
+        "{errs}"
+    );
+    let allowed = text
+        .replace("            client-cert-auth: \"false\"\n", "")
+        .replace("            data-dir: /tmp/x\n", "");
+    let warnings = validate(&allowed, ValidationMode::Metal).unwrap();
+    assert!(
+        warnings.iter().any(|w| w.path == "cluster.etcd.image"),
+        "{warnings:?}"
+    );
+}

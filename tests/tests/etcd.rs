@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use machinery::resources::etcd::{EtcdMemberSpec, EtcdSpecSpec, EtcdStatusSpec};
-use machinery::resources::runtime::ServiceStatusSpec;
+use machinery::resources::runtime::{ServiceSpecSpec, ServiceStatusSpec};
 use node_tests::{alive, pid_namespace_members, require_root, text, Cluster, NodeInfo};
 
 /// One cluster at a time: they share two cores with everything else.
@@ -253,6 +253,40 @@ fn bootstrap_runs_a_sandboxed_etcd_a_real_client_uses_it_and_it_survives_sigkill
         healthy.member_id,
         "the same member"
     );
+
+    // A configuration whose extra arg would override a pinned flag is refused; etcd's
+    // arguments stay.
+    let args = || {
+        rt.block_on(
+            cluster
+                .state(cp)
+                .get_typed::<ServiceSpecSpec>("etcd", "etcd"),
+        )
+        .unwrap()
+        .spec
+        .args
+    };
+    let before = args();
+    assert!(
+        before.contains(&"--client-cert-auth=true".to_string()),
+        "{before:?}"
+    );
+    let out = cluster.talosctl(&[
+        "-n",
+        &cp.ip,
+        "patch",
+        "machineconfig",
+        "-p",
+        r#"{"cluster": {"etcd": {"extraArgs": {"client-cert-auth": "false"}}}}"#,
+    ]);
+    assert!(
+        !out.status.success(),
+        "a pinned flag overridden: {}",
+        text(&out)
+    );
+    assert!(text(&out).contains("client-cert-auth"), "{}", text(&out));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(args(), before);
 
     let out = cluster.destroy();
     assert!(out.status.success(), "destroy: {}", text(&out));

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
-use machinery::resources::etcd::{EtcdSpecSpec, CLIENT_PORT, PEER_PORT};
+use machinery::resources::etcd::{EtcdSpecSpec, CLIENT_PORT, PEER_PORT, PINNED_ARGS};
 
 /// How etcd starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,9 +121,10 @@ pub fn render(spec: &EtcdSpecSpec, start: &Start, paths: &Paths) -> Result<Vec<S
     set("experimental-watch-progress-notify-interval", "5s".into());
     set("logger", "zap".into());
     set("log-outputs", "stderr".into());
-    // Denied: every key above. The four below only when the user did not give them.
+    // Denied: every key above (machinery's PINNED_ARGS, which validation refuses too). The
+    // four below only when the user did not give them.
     for k in spec.extra_args.keys() {
-        if base.contains_key(k) {
+        if base.contains_key(k) || PINNED_ARGS.contains(&k.as_str()) {
             return Err(ArgsError(k.clone()));
         }
     }
@@ -251,6 +252,20 @@ mod tests {
         let a = render(&s, &Start::Bootstrap, &paths()).unwrap();
         assert!(a.contains(&"--advertise-client-urls=https://1.2.3.4:2379".to_string()));
         assert!(a.contains(&"--election-timeout=5000".to_string()));
+    }
+
+    #[test]
+    fn the_pinned_list_is_what_is_rendered() {
+        let a = render(&spec(), &Start::Resume, &paths()).unwrap();
+        let mut rendered: Vec<&str> = a
+            .iter()
+            .map(|x| x.trim_start_matches("--").split('=').next().unwrap())
+            .filter(|k| !matches!(*k, "initial-advertise-peer-urls" | "advertise-client-urls"))
+            .collect();
+        rendered.sort_unstable();
+        let mut pinned = PINNED_ARGS.to_vec();
+        pinned.sort_unstable();
+        assert_eq!(rendered, pinned);
     }
 
     #[test]

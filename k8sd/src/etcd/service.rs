@@ -276,12 +276,16 @@ impl Controller for ServiceController {
         // The service.
         let spec = ctx.get::<EtcdSpecSpec>(NAMESPACE, ETCD_ID).await?;
         let pki = ctx.get::<PkiStatusSpec>(NAMESPACE, ETCD_ID).await?;
-        let (Some(_), Some(spec), Some(pki)) = (&config, spec, pki) else {
-            return Ok(Action::AwaitChange);
-        };
-        if !pki.spec.ready {
+        if config.is_none() {
+            // Not a control plane (any more): no etcd.
             return Ok(Action::AwaitChange);
         }
+        let (Some(spec), Some(_)) = (spec, pki.filter(|p| p.spec.ready)) else {
+            // Inputs not ready (an address change, certificates being rewritten): a running
+            // etcd keeps running as it is (upstream's SkipReconcile).
+            super::keep::<ServiceSpecSpec>(ctx, NAMESPACE, SERVICE_ID).await?;
+            return Ok(Action::AwaitChange);
+        };
         let stored = ctx
             .get::<ServiceSpecSpec>(NAMESPACE, SERVICE_ID)
             .await?
@@ -315,9 +319,10 @@ impl Controller for ServiceController {
             Err(e) => {
                 let why = e.to_string();
                 if self.refused.as_deref() != Some(why.as_str()) {
-                    tracing::error!(error = %why, "etcd's arguments are refused: cluster.etcd.extraArgs overrides a pinned flag; etcd is not started");
+                    tracing::error!(error = %why, "etcd's arguments are refused: cluster.etcd.extraArgs overrides a pinned flag; etcd keeps its arguments (or is not started)");
                     self.refused = Some(why);
                 }
+                super::keep::<ServiceSpecSpec>(ctx, NAMESPACE, SERVICE_ID).await?;
                 return Ok(Action::AwaitChange);
             }
         };

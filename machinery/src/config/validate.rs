@@ -430,6 +430,20 @@ fn validate_cluster(cluster: &ClusterConfig, control_plane: bool, r: &mut Report
                 r,
             );
             validate_subnets(&etcd.listen_subnets, "cluster.etcd.listenSubnets", true, r);
+            for k in etcd.extra_args.keys() {
+                if crate::resources::etcd::PINNED_ARGS.contains(&k.as_str()) {
+                    r.error(
+                        join_key("cluster.etcd.extraArgs", k),
+                        format!("extra arg {k:?} is not allowed: the node pins it"),
+                    );
+                }
+            }
+            if is_set(&etcd.image) {
+                r.warn(
+                    "cluster.etcd.image",
+                    "not applied by talos-rs: nodes run the etcd binary of their image (Debian's etcd 3.4), not a container image",
+                );
+            }
         }
     }
 

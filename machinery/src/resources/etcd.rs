@@ -24,6 +24,30 @@ pub const CLIENT_PORT: u16 = 2379;
 /// etcd's peer port.
 pub const PEER_PORT: u16 = 2380;
 
+/// etcd's flags k8sd pins (upstream's deny list: `cluster.etcd.extraArgs` may not give them;
+/// a configuration that does is refused). `initial-cluster-state`, `initial-cluster`,
+/// `initial-advertise-peer-urls` and `advertise-client-urls` are not here: a user may set those.
+pub const PINNED_ARGS: &[&str] = &[
+    "name",
+    "auto-tls",
+    "peer-auto-tls",
+    "data-dir",
+    "listen-peer-urls",
+    "listen-client-urls",
+    "client-cert-auth",
+    "cert-file",
+    "key-file",
+    "trusted-ca-file",
+    "peer-client-cert-auth",
+    "peer-cert-file",
+    "peer-key-file",
+    "peer-trusted-ca-file",
+    "experimental-initial-corrupt-check",
+    "experimental-watch-progress-notify-interval",
+    "logger",
+    "log-outputs",
+];
+
 /// etcd's configuration from the machine configuration (`EtcdConfigs`, ID `etcd`), on control
 /// planes with an etcd CA (upstream `etcd.ConfigController`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
