@@ -359,6 +359,7 @@ async fn boot(
             applier: applier.clone(),
             supervisor: supervisor.clone(),
             broker: broker.name.clone(),
+            manifest: manifest.clone(),
             said: Default::default(),
         }));
         register(runtime.register(controllers::KernelModuleSpecController::new(first)));
@@ -513,7 +514,8 @@ fn write_readonly(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-fn make_dir(path: &Path, mode: &str, uid: u32, gid: u32) -> std::io::Result<()> {
+/// Makes a daemon's directory (and its parents), owned by `uid`:`gid`, with `mode` (octal).
+pub(crate) fn make_dir(path: &Path, mode: &str, uid: u32, gid: u32) -> std::io::Result<()> {
     std::fs::create_dir_all(path)?;
     let mode = u32::from_str_radix(mode, 8).unwrap_or(0o700);
     std::os::unix::fs::chown(path, Some(uid), Some(gid))?;

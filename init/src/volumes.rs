@@ -158,25 +158,30 @@ fn mount_xfs(dev: &Path, target: &Path, flags: MsFlags) -> Result<(), String> {
     })
 }
 
+/// Loads kernel modules (those already loaded or built in are left alone); failures are
+/// debug lines: what needs them reports its own error.
+fn load_modules(modules: &[&str]) {
+    let index = match crate::kmod::ModuleIndex::for_running_kernel() {
+        Ok(index) => index,
+        Err(e) => {
+            tracing::warn!(error = %e, "no kernel modules index");
+            return;
+        }
+    };
+    for m in modules {
+        if let Err(e) = index.load(m, &[]) {
+            tracing::debug!(module = m, error = %e, "storage module not loaded");
+        }
+    }
+}
+
 /// As a VM's PID 1, before stated starts: loads the storage modules and mounts the partition
 /// named STATE at `/system/state` when there is exactly one and it holds xfs. Anything else
 /// (no disk, a first boot, a broken STATE) is logged, and the boot goes on with the image's
-/// directory (blockd then prepares STATE, and the controller mounts it).
+/// directory (blockd then prepares STATE, and the controller mounts it). EPHEMERAL, when
+/// it holds xfs, is mounted at `/var` the same way.
 pub fn mount_state_early() {
-    let index = match crate::kmod::ModuleIndex::for_running_kernel() {
-        Ok(index) => Some(index),
-        Err(e) => {
-            tracing::warn!(error = %e, "no kernel modules: STATE cannot be looked for");
-            None
-        }
-    };
-    let load = |modules: &[&str]| {
-        for m in modules {
-            if let Some(Err(e)) = index.as_ref().map(|i| i.load(m, &[])) {
-                tracing::debug!(module = m, error = %e, "storage module not loaded early");
-            }
-        }
-    };
+    let load = load_modules;
     load(DISK_MODULES);
     let sys = Path::new("/sys/class/block");
     let target = Path::new("/system/state");
@@ -217,6 +222,54 @@ pub fn mount_state_early() {
     match mount_xfs(&dev, target, system_mounts()[0].flags) {
         Ok(()) => tracing::info!(device = %dev.display(), "STATE mounted at /system/state"),
         Err(e) => tracing::error!(error = %e, "STATE not mounted"),
+    }
+    // EPHEMERAL too, so that the daemons find /var (etcd's data) from their start.
+    let var = Path::new("/var");
+    match partition_by_label(sys, "EPHEMERAL") {
+        Ok(Some(name)) if mounted_at(&mountinfo(), "/var").is_none() => {
+            let dev = Path::new("/dev").join(&name);
+            if !holds_xfs(&dev) {
+                tracing::warn!(device = %dev.display(), "the EPHEMERAL partition holds no xfs yet: not mounted");
+                return;
+            }
+            let _ = std::fs::create_dir_all(var);
+            match mount_xfs(&dev, var, system_mounts()[1].flags) {
+                Ok(()) => {
+                    for d in ["lib", "log"] {
+                        let _ = std::fs::create_dir_all(var.join(d));
+                    }
+                    tracing::info!(device = %dev.display(), "EPHEMERAL mounted at /var");
+                }
+                Err(e) => tracing::error!(error = %e, "EPHEMERAL not mounted"),
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!(error = %e, "EPHEMERAL not mounted"),
+    }
+}
+
+/// After EPHEMERAL was mounted over `/var` while the daemons ran (a first boot): the daemons'
+/// directories under it are made again on the new filesystem, and every daemon with a landlock
+/// rule under it is restarted in place (a rule names the directory it started with, now
+/// hidden under the mount).
+async fn adopt_var(
+    manifest: &machinery::manifest::Manifest,
+    supervisor: &crate::supervisor::Supervisor,
+) {
+    let var = Path::new("/var");
+    for d in &manifest.daemons {
+        for dir in d.dirs.iter().filter(|dir| dir.path.starts_with(var)) {
+            if let Err(e) = crate::make_dir(&dir.path, &dir.mode, d.uid, dir.group.unwrap_or(d.gid))
+            {
+                tracing::error!(daemon = %d.name, dir = %dir.path.display(), error = %e, "cannot make the directory on EPHEMERAL");
+            }
+        }
+        if d.landlock.paths.iter().any(|p| p.path.starts_with(var)) {
+            tracing::info!(daemon = %d.name, "EPHEMERAL took over /var: restarting it there");
+            if let Err(e) = supervisor.restart(&d.name).await {
+                tracing::error!(daemon = %d.name, error = %e, "cannot restart it: its files under /var stay out of its reach");
+            }
+        }
     }
 }
 
@@ -344,6 +397,8 @@ pub struct SystemVolumeMountController {
     pub supervisor: Arc<crate::supervisor::Supervisor>,
     /// The broker daemon (`stated`).
     pub broker: String,
+    /// The daemons' directories and landlock rules (those under `/var` move to EPHEMERAL).
+    pub manifest: Arc<machinery::manifest::Manifest>,
     /// Errors already logged, by volume (logged again when they change).
     pub said: std::collections::BTreeMap<String, String>,
 }
@@ -366,6 +421,7 @@ impl Controller for SystemVolumeMountController {
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
         let sys = Path::new("/sys/class/block");
         let mut out = Vec::new();
+        let mut failed = false;
         for m in system_mounts() {
             let mut mounted = mounted_at(&mountinfo(), m.target);
             if mounted.is_none() {
@@ -374,6 +430,9 @@ impl Controller for SystemVolumeMountController {
                     .await?;
                 if let Some(st) = status.filter(|s| s.spec.phase == "ready") {
                     let target = Path::new(m.target);
+                    // On a first boot nothing loaded xfs yet (EPHEMERAL may be ready before
+                    // STATE): mounting would fail with ENODEV.
+                    let _ = tokio::task::spawn_blocking(|| load_modules(XFS_MODULES)).await;
                     let result = match checked_device(&st.spec.location, sys) {
                         Err(e) => Err(e),
                         Ok(dev) if m.volume == "STATE" => {
@@ -402,11 +461,15 @@ impl Controller for SystemVolumeMountController {
                         }
                         Ok(dev) => {
                             let _ = std::fs::create_dir_all(target);
-                            mount_xfs(&dev, target, m.flags).map(|()| {
+                            let mounted = mount_xfs(&dev, target, m.flags).map(|()| {
                                 for d in ["lib", "log"] {
                                     let _ = std::fs::create_dir_all(target.join(d));
                                 }
-                            })
+                            });
+                            if mounted.is_ok() && m.target == "/var" {
+                                adopt_var(&self.manifest, &self.supervisor).await;
+                            }
+                            mounted
                         }
                     };
                     match result {
@@ -416,6 +479,7 @@ impl Controller for SystemVolumeMountController {
                             mounted = mounted_at(&mountinfo(), m.target);
                         }
                         Err(e) => {
+                            failed = true;
                             if self.said.get(m.volume) != Some(&e) {
                                 tracing::error!(volume = m.volume, error = %e, "not mounted");
                                 self.said.insert(m.volume.to_string(), e);
@@ -442,7 +506,12 @@ impl Controller for SystemVolumeMountController {
             }
         }
         ctx.apply_all(out).await?;
-        Ok(Action::AwaitChange)
+        // A failed mount is tried again (nothing else may change to wake this controller).
+        Ok(if failed {
+            Action::RequeueAfter(std::time::Duration::from_secs(2))
+        } else {
+            Action::AwaitChange
+        })
     }
 }
 

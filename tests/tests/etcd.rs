@@ -165,6 +165,12 @@ fn bootstrap_runs_a_sandboxed_etcd_a_real_client_uses_it_and_it_survives_sigkill
     });
     assert_eq!(healthy.start, "bootstrap");
     assert_eq!(healthy.member_id.len(), 16, "{healthy:?}");
+    // Through apid, by the type's name (its definition was accepted by stated).
+    let out = cluster.talosctl(&["-n", &cp.ip, "get", "etcdstatuses"]);
+    assert!(out.status.success(), "get etcdstatuses: {}", text(&out));
+    assert!(text(&out).contains(&healthy.member_id), "{}", text(&out));
+    let out = cluster.talosctl(&["-n", &cp.ip, "get", "etcdspecs", "-o", "json"]);
+    assert!(out.status.success(), "get etcdspecs: {}", text(&out));
     let member = rt
         .block_on(
             cluster

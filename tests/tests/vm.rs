@@ -374,6 +374,24 @@ fn system_volumes_ready(
     })
 }
 
+/// etcd's status on the cluster's node once it is healthy (2 minutes at most).
+fn etcd_healthy(cluster: &node_tests::Cluster, what: &str) -> serde_json::Value {
+    let start = std::time::Instant::now();
+    loop {
+        let out = cluster.talosctl(&["get", "etcdstatuses", "-o", "json"]);
+        let status = specs_by_id(&out.stdout).remove("etcd");
+        if let Some(s) = status.as_ref().filter(|s| s["healthy"] == true) {
+            return s.clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{what}: not within 120 s; status {status:?}\netcd's log:\n{}",
+            node_tests::text(&cluster.talosctl(&["logs", "etcd"]))
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// `sfdisk --json` of a disk image, from the host.
 fn sfdisk_json(disk: &Path) -> serde_json::Value {
     let out = Command::new("sfdisk")
@@ -713,6 +731,16 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         (l.contains_key("eth0") && l.len() == 2).then_some(())
     });
 
+    // etcd: bootstrapped on the VM (its data on EPHEMERAL, /var), healthy.
+    let out = cluster.talosctl(&["bootstrap"]);
+    assert!(
+        out.status.success(),
+        "bootstrap: {}",
+        node_tests::text(&out)
+    );
+    let etcd = etcd_healthy(&cluster, "etcd healthy after the bootstrap");
+    assert_eq!(etcd["start"], "bootstrap", "{etcd}");
+
     // A reboot comes back as the same VM (same qemu), configured and converged again.
     let out = cluster.talosctl(&["reboot"]);
     assert!(
@@ -761,9 +789,14 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
     });
     let console = console_log();
     assert!(
-        console.contains("STATE mounted at /system/state"),
+        console.contains("STATE mounted at /system/state")
+            && console.contains("EPHEMERAL mounted at /var"),
         "{console}"
     );
+    // etcd resumed from its data on EPHEMERAL: the same member, not a new cluster.
+    let again = etcd_healthy(&cluster, "etcd healthy after the reboot");
+    assert_eq!(again["start"], "resume", "{again}");
+    assert_eq!(again["memberId"], etcd["memberId"], "{again}");
 
     // Destroy leaves nothing: no qemu, no namespace (with its tap and bridge), no file.
     let out = cluster.destroy();

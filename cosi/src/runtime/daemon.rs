@@ -41,7 +41,9 @@ impl DaemonRun {
         let mut shutdown = std::pin::pin!(shutdown);
         let define = async {
             if let Err(e) = client.define_types_retrying(&self.definitions, name).await {
-                tracing::warn!(error = %e, "cannot define {name}'s resource types");
+                // Its resources are still written, but clients cannot list the undefined
+                // types by name: a bug of the definitions (a name another owner has).
+                tracing::error!(error = %e, "cannot define {name}'s resource types: talosctl cannot name them");
             }
         };
         tokio::select! {

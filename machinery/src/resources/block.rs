@@ -342,11 +342,14 @@ impl ResourceSpec for MountStatusSpec {
     const DEFAULT_NAMESPACE: &'static str = crate::resources::runtime::NAMESPACE;
 
     fn definition() -> ResourceDefinition {
-        ResourceDefinition::new(Self::TYPE, crate::resources::runtime::NAMESPACE).with_columns(&[
-            ("Source", "{.source}"),
-            ("Target", "{.target}"),
-            ("Filesystem", "{.filesystem}"),
-        ])
+        // `ms` is MachineStatuses' (init's): stated refuses a name of another owner's type.
+        ResourceDefinition::new(Self::TYPE, crate::resources::runtime::NAMESPACE)
+            .without_aliases(&["ms", "mss"])
+            .with_columns(&[
+                ("Source", "{.source}"),
+                ("Target", "{.target}"),
+                ("Filesystem", "{.filesystem}"),
+            ])
     }
 }
 

@@ -114,10 +114,13 @@ impl ResourceSpec for EtcdSpecSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
-        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[
-            ("Name", "{.name}"),
-            ("Advertised", "{.advertisedAddresses}"),
-        ])
+        // `es` is EtcdSecrets' (secretsd's): stated refuses a name of another owner's type.
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .without_aliases(&["es", "ess"])
+            .with_columns(&[
+                ("Name", "{.name}"),
+                ("Advertised", "{.advertisedAddresses}"),
+            ])
     }
 }
 
@@ -190,12 +193,15 @@ impl ResourceSpec for EtcdStatusSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
-        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[
-            ("Phase", "{.phase}"),
-            ("Healthy", "{.healthy}"),
-            ("Member ID", "{.memberId}"),
-            ("Message", "{.message}"),
-        ])
+        // `es` would be EtcdSecrets' (and EtcdSpec's): none.
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .without_aliases(&["es", "ess"])
+            .with_columns(&[
+                ("Phase", "{.phase}"),
+                ("Healthy", "{.healthy}"),
+                ("Member ID", "{.memberId}"),
+                ("Message", "{.message}"),
+            ])
     }
 }
 

@@ -25,3 +25,32 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     defs.extend(etcd::definitions());
     defs
 }
+
+#[cfg(test)]
+mod tests {
+    /// The daemon that defines a type: one per type group (networkd defines two).
+    fn group(t: &str) -> &str {
+        match t.split_once('.').map_or("", |(_, g)| g) {
+            "files.talos.dev" => "net.talos.dev",
+            g => g,
+        }
+    }
+
+    #[test]
+    fn no_name_belongs_to_two_daemons_types() {
+        // stated refuses a definition that takes a name (alias, plural) of another owner's
+        // type: a daemon whose definitions collide would run with its types undefined.
+        let mut seen = std::collections::BTreeMap::new();
+        let mut both = Vec::new();
+        for d in super::definitions() {
+            for a in &d.all_aliases {
+                if let Some(other) = seen.insert(a.clone(), d.resource_type.clone()) {
+                    if group(&other) != group(&d.resource_type) {
+                        both.push(format!("{a}: {other} {}", d.resource_type));
+                    }
+                }
+            }
+        }
+        assert!(both.is_empty(), "{both:#?}");
+    }
+}
