@@ -17,6 +17,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod client_config;
 pub mod controller;
+pub mod etcd;
 pub mod machine;
 pub mod proxy;
 pub mod request;

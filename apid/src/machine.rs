@@ -18,13 +18,14 @@ use proto::init::{
 use proto::machine::machine_service_server::MachineService;
 use proto::machine::{
     ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, Bootstrap,
-    BootstrapRequest, BootstrapResponse, DmesgRequest, FeaturesInfo,
-    GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname,
-    HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
-    ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
-    ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
-    ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,
-    ShutdownRequest, ShutdownResponse, Version, VersionInfo, VersionResponse,
+    BootstrapRequest, BootstrapResponse, DmesgRequest, EtcdMemberListRequest,
+    EtcdMemberListResponse, EtcdStatusResponse, FeaturesInfo, GenerateClientConfigurationRequest,
+    GenerateClientConfigurationResponse, Hostname, HostnameResponse, LogsRequest, PlatformInfo,
+    Reboot, RebootRequest, RebootResponse, ServiceHealth, ServiceInfo, ServiceList,
+    ServiceListResponse, ServiceRestart, ServiceRestartRequest, ServiceRestartResponse,
+    ServiceStart, ServiceStartRequest, ServiceStartResponse, ServiceStop, ServiceStopRequest,
+    ServiceStopResponse, Shutdown, ShutdownRequest, ShutdownResponse, Version, VersionInfo,
+    VersionResponse,
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -191,6 +192,23 @@ impl MachineService for Machine {
         crate::bootstrap::bootstrap(&self.client, req.into_inner()).await?;
         Ok(Response::new(BootstrapResponse {
             messages: vec![Bootstrap { metadata: None }],
+        }))
+    }
+
+    /// etcd's members as k8sd last listed them ([`crate::etcd`]).
+    async fn etcd_member_list(
+        &self,
+        _: Request<EtcdMemberListRequest>,
+    ) -> Result<Response<EtcdMemberListResponse>, Status> {
+        Ok(Response::new(EtcdMemberListResponse {
+            messages: vec![crate::etcd::members(&self.client).await?],
+        }))
+    }
+
+    /// The local etcd member's status as k8sd last read it ([`crate::etcd`]).
+    async fn etcd_status(&self, _: Request<()>) -> Result<Response<EtcdStatusResponse>, Status> {
+        Ok(Response::new(EtcdStatusResponse {
+            messages: vec![crate::etcd::member_status(&self.client).await?],
         }))
     }
 

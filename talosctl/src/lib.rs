@@ -179,6 +179,10 @@ pub enum Command {
     /// Talos API only.
     Bootstrap(remote::BootstrapArgs),
 
+    /// etcd on control plane nodes: `members`, `status`. Through the Talos API only.
+    #[command(subcommand)]
+    Etcd(remote::EtcdCommand),
+
     /// Apply a new machine configuration to a node (validated, diffed; `--dry-run`).
     #[command(visible_alias = "apply")]
     ApplyConfig(apply::ApplyArgs),
@@ -309,6 +313,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bootstrap(args) if !over_sockets(&cli) => {
             block_on(async { remote::bootstrap(&api(&cli)?, args, &mut out).await })
         }
+        Command::Etcd(cmd) if !over_sockets(&cli) => {
+            block_on(async { remote::etcd(&api(&cli)?, cmd, &mut out).await })
+        }
+        Command::Etcd(_) => Err(anyhow::anyhow!(
+            "etcd goes through the Talos API (apid): drop --socket/--init-socket"
+        )),
         Command::Bootstrap(_) => Err(anyhow::anyhow!(
             "bootstrap goes through the Talos API (apid): drop --socket/--init-socket"
         )),

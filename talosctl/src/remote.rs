@@ -508,6 +508,109 @@ pub async fn bootstrap(api: &Api, args: &BootstrapArgs, out: &mut dyn Write) -> 
     finish(errors)
 }
 
+/// `talosctl etcd …`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum EtcdCommand {
+    /// List etcd's members as the node's member sees them (ID, hostname, peer and client URLs,
+    /// learner): refreshed by k8sd every 5 s.
+    #[command(visible_alias = "member")]
+    Members,
+    /// The node's etcd member: database size, leader, raft index and term, learner, errors.
+    Status,
+}
+
+/// `talosctl etcd members` and `talosctl etcd status`, one node after another.
+pub async fn etcd(api: &Api, cmd: &EtcdCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut c = client(api)?;
+    let mut errors = Vec::new();
+    let mut rows = match cmd {
+        EtcdCommand::Members => vec![[
+            "NODE",
+            "ID",
+            "HOSTNAME",
+            "PEER URLS",
+            "CLIENT URLS",
+            "LEARNER",
+        ]
+        .map(String::from)
+        .to_vec()],
+        EtcdCommand::Status => vec![[
+            "NODE",
+            "MEMBER",
+            "DB SIZE",
+            "IN USE",
+            "LEADER",
+            "RAFT INDEX",
+            "RAFT TERM",
+            "RAFT APPLIED INDEX",
+            "LEARNER",
+            "ERRORS",
+        ]
+        .map(String::from)
+        .to_vec()],
+    };
+    for (label, node) in api.targets() {
+        let node = node.as_deref();
+        match cmd {
+            EtcdCommand::Members => {
+                let req = proto::machine::EtcdMemberListRequest { query_local: false };
+                match c.etcd_member_list(api.for_node(req, node)?).await {
+                    Ok(reply) => {
+                        for m in reply.into_inner().messages.iter().flat_map(|m| &m.members) {
+                            rows.push(vec![
+                                label.clone(),
+                                format!("{:016x}", m.id),
+                                m.hostname.clone(),
+                                m.peer_urls.join(","),
+                                m.client_urls.join(","),
+                                m.is_learner.to_string(),
+                            ]);
+                        }
+                    }
+                    Err(s) => errors.push(failed(api, &label, &s)),
+                }
+            }
+            EtcdCommand::Status => match c.etcd_status(api.for_node((), node)?).await {
+                Ok(reply) => {
+                    for m in reply
+                        .into_inner()
+                        .messages
+                        .iter()
+                        .filter_map(|m| m.member_status.as_ref())
+                    {
+                        let size = |b: i64| {
+                            machinery::resources::block::pretty_size(u64::try_from(b).unwrap_or(0))
+                        };
+                        #[allow(clippy::cast_precision_loss)] // a percentage for people
+                        let share = if m.db_size > 0 {
+                            m.db_size_in_use as f64 / m.db_size as f64 * 100.0
+                        } else {
+                            0.0
+                        };
+                        rows.push(vec![
+                            label.clone(),
+                            format!("{:016x}", m.member_id),
+                            size(m.db_size),
+                            format!("{} ({share:.2}%)", size(m.db_size_in_use)),
+                            format!("{:016x}", m.leader),
+                            m.raft_index.to_string(),
+                            m.raft_term.to_string(),
+                            m.raft_applied_index.to_string(),
+                            m.is_learner.to_string(),
+                            m.errors.join(","),
+                        ]);
+                    }
+                }
+                Err(s) => errors.push(failed(api, &label, &s)),
+            },
+        }
+    }
+    if rows.len() > 1 {
+        table(out, &rows)?;
+    }
+    finish(errors)
+}
+
 /// `talosctl disks`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DisksArgs {

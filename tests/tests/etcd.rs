@@ -389,9 +389,38 @@ fn three_control_planes_join_as_learners_are_promoted_and_share_the_data() {
     assert!(out.status.success(), "get: {}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "across");
 
+    // `talosctl etcd members` / `status` through apid (from k8sd's view, refreshed every 5 s):
+    // the three voters by name and ID on any control plane; the member and its leader.
+    let listed = wait(Duration::from_secs(30), "etcd members through apid", || {
+        let out = cluster.talosctl(&["-n", &cps[1].ip, "etcd", "members"]);
+        let t = text(&out);
+        (out.status.success()
+            && voters
+                .iter()
+                .all(|(name, id, _)| t.contains(name.as_str()) && t.contains(id.as_str()))
+            && !t.contains("true"))
+        .then_some(t.clone())
+        .ok_or(t)
+    });
+    assert!(listed.starts_with("NODE"), "{listed}");
+    let out = cluster.talosctl(&["-n", &cps[2].ip, "etcd", "status"]);
+    assert!(out.status.success(), "etcd status: {}", text(&out));
+    let third = voters
+        .iter()
+        .find(|(name, _, _)| *name == cps[2].name)
+        .unwrap();
+    assert!(text(&out).contains(&third.1), "{}", text(&out));
+
     // The worker runs no etcd.
     assert!(etcd_service(&rt, &cluster, worker).is_err());
     assert!(etcd_status(&rt, &cluster, worker).is_err());
+    let out = cluster.talosctl(&["-n", &worker.ip, "etcd", "members"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("does not run on this node"),
+        "{}",
+        text(&out)
+    );
 
     let out = cluster.destroy();
     assert!(out.status.success(), "destroy: {}", text(&out));

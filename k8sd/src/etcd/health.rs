@@ -10,8 +10,8 @@ use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::Resource;
 use etcd_client::Client;
 use machinery::resources::etcd::{
-    EtcdBootstrapSpec, EtcdMemberSpec, EtcdSpecSpec, EtcdStatusSpec, PkiStatusSpec, CLIENT_PORT,
-    ETCD_ID, LOCAL_MEMBER_ID, NAMESPACE, SERVICE_ID,
+    EtcdBootstrapSpec, EtcdMemberInfo, EtcdMemberSpec, EtcdMemberStatusInfo, EtcdSpecSpec,
+    EtcdStatusSpec, PkiStatusSpec, CLIENT_PORT, ETCD_ID, LOCAL_MEMBER_ID, NAMESPACE, SERVICE_ID,
 };
 use machinery::resources::runtime::{
     ServiceSpecSpec, ServiceState, ServiceStatusSpec, NAMESPACE as RUNTIME,
@@ -66,6 +66,41 @@ async fn check(client: &mut Client) -> Result<u64, String> {
         }
         Ok(Err(e)) => Err(e.to_string()),
     }
+}
+
+/// The members and the local member's status, as the local member tells them (best effort:
+/// what fails is left out).
+async fn details(client: &mut Client) -> (Vec<EtcdMemberInfo>, Option<EtcdMemberStatusInfo>) {
+    let members = match tokio::time::timeout(TIMEOUT, client.member_list()).await {
+        Ok(Ok(list)) => list
+            .members()
+            .iter()
+            .map(|m| EtcdMemberInfo {
+                id: m.id(),
+                hostname: m.name().to_string(),
+                peer_urls: m.peer_urls().to_vec(),
+                client_urls: m.client_urls().to_vec(),
+                is_learner: m.is_learner(),
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let status = match tokio::time::timeout(TIMEOUT, client.status()).await {
+        Ok(Ok(st)) => Some(EtcdMemberStatusInfo {
+            member_id: st.header().map(|h| h.member_id()).unwrap_or_default(),
+            protocol_version: st.version().to_string(),
+            db_size: st.db_size(),
+            db_size_in_use: st.raft_used_db_size(),
+            leader: st.leader(),
+            raft_index: st.raft_index(),
+            raft_term: st.raft_term(),
+            raft_applied_index: st.raft_applied_index(),
+            errors: st.errors().to_vec(),
+            is_learner: st.is_learner(),
+        }),
+        _ => None,
+    };
+    (members, status)
 }
 
 impl Controller for HealthController {
@@ -171,6 +206,9 @@ impl Controller for HealthController {
                             out.healthy = true;
                             if id != 0 {
                                 out.member_id = format!("{id:016x}");
+                            }
+                            if let Some((_, client)) = self.client.as_mut() {
+                                (out.members, out.member_status) = details(client).await;
                             }
                         }
                         Err(why) => {

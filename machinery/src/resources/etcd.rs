@@ -186,6 +186,60 @@ pub struct EtcdStatusSpec {
     /// Why it is in its phase, for a human.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// The cluster's members as the local member listed them at the last check (what
+    /// `talosctl etcd members` shows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<EtcdMemberInfo>,
+    /// The local member's status at the last check (`talosctl etcd status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_status: Option<EtcdMemberStatusInfo>,
+}
+
+/// One member of the cluster (upstream's `machine.EtcdMember`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMemberInfo {
+    /// Its ID.
+    pub id: u64,
+    /// Its name (the node's hostname); empty for a learner that has not started.
+    pub hostname: String,
+    /// Its peer URLs.
+    #[serde(default)]
+    pub peer_urls: Vec<String>,
+    /// Its client URLs.
+    #[serde(default)]
+    pub client_urls: Vec<String>,
+    /// A learner (not voting yet).
+    #[serde(default)]
+    pub is_learner: bool,
+}
+
+/// The local member's status (upstream's `machine.EtcdMemberStatus`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMemberStatusInfo {
+    /// Its ID.
+    pub member_id: u64,
+    /// etcd's version.
+    pub protocol_version: String,
+    /// The database's size, bytes.
+    pub db_size: i64,
+    /// Of which in use, bytes.
+    pub db_size_in_use: i64,
+    /// The leader's member ID.
+    pub leader: u64,
+    /// Raft index.
+    pub raft_index: u64,
+    /// Raft term.
+    pub raft_term: u64,
+    /// Raft applied index.
+    pub raft_applied_index: u64,
+    /// Errors the member reports.
+    #[serde(default)]
+    pub errors: Vec<String>,
+    /// A learner.
+    #[serde(default)]
+    pub is_learner: bool,
 }
 
 impl ResourceSpec for EtcdStatusSpec {
