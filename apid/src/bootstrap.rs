@@ -15,6 +15,9 @@ use tonic::Status;
 
 /// The owner of the requests apid writes.
 const OWNER: &str = "apid.Bootstrap";
+/// One bootstrap request at a time: what callers send cannot pile requests up in stated.
+static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 /// How long k8sd has to answer.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -36,9 +39,13 @@ pub fn status_of(answer: &EtcdBootstrapAnswerSpec) -> Result<(), Status> {
 ///
 /// # Errors
 ///
-/// k8sd's refusal; `Unimplemented` in maintenance (no configuration); `Unavailable` without
+/// k8sd's refusal; `ResourceExhausted` while another call is being answered;
+/// `Unimplemented` in maintenance (no configuration); `Unavailable` without
 /// stated; `DeadlineExceeded` when k8sd does not answer within [`ANSWER_TIMEOUT`].
 pub async fn bootstrap(client: &cosi::Client, req: BootstrapRequest) -> Result<(), Status> {
+    let _permit = IN_FLIGHT.try_acquire().map_err(|_| {
+        Status::resource_exhausted("a bootstrap request is being answered: try again")
+    })?;
     match client
         .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
         .await

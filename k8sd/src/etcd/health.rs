@@ -137,21 +137,10 @@ impl Controller for HealthController {
         let service = ctx.get::<ServiceSpecSpec>(NAMESPACE, SERVICE_ID).await?;
         let status = ctx.get::<ServiceStatusSpec>(RUNTIME, SERVICE_ID).await?;
         let start = service.as_ref().map_or("", |s| {
-            if s.spec
-                .args
-                .iter()
-                .any(|a| a == "--initial-cluster-state=new")
-            {
-                "bootstrap"
-            } else if s
-                .spec
-                .args
-                .iter()
-                .any(|a| a == "--initial-cluster-state=existing")
-            {
-                "join"
-            } else {
-                "resume"
+            match super::service::arg_value(&s.spec.args, "initial-cluster-state") {
+                Some("new") => "bootstrap",
+                Some("existing") => "join",
+                _ => "resume",
             }
         });
         let mut out = EtcdStatusSpec {
