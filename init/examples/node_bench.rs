@@ -71,7 +71,9 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20);
-    let daemons = ["stated", "networkd", "blockd", "secretsd", "trustd", "apid"];
+    let daemons = [
+        "stated", "networkd", "blockd", "secretsd", "trustd", "apid", "k8sd",
+    ];
     let t = Duration::from_secs(60);
     println!("binaries: {}", init::testing::target_dir().display());
 

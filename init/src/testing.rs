@@ -156,6 +156,7 @@ pub const BINARIES: &[&str] = &[
     "secretsd",
     "trustd",
     "apid",
+    "k8sd",
     "init-testd",
 ];
 
