@@ -132,6 +132,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("/machine.MachineService/EtcdSnapshot", &[A, O, E]),
     ("/machine.MachineService/EtcdStatus", &[A, O, R, E]),
     ("/machine.MachineService/EtcdAlarmList", &[A, O, R, E]),
+    ("/machine.MachineService/EtcdAlarmDisarm", &[A, O]),
+    ("/machine.MachineService/EtcdDefragment", &[A, O]),
     ("/cosi.resource.State/Get", &[A, O, R]),
     ("/cosi.resource.State/List", &[A, O, R]),
     ("/cosi.resource.State/Watch", &[A, O, R]),

@@ -1,10 +1,16 @@
-//! `EtcdMemberList` and `EtcdStatus`: apid holds no etcd credentials and cannot reach etcd
+//! `EtcdMemberList` and `EtcdStatus`, and the operations k8sd runs for apid ([`operation`]):
+//! apid holds no etcd credentials and cannot reach etcd
 //! (landlock: TCP 50000 only). It answers from `etcd/EtcdStatuses`, which k8sd refreshes from
 //! the local member every 5 s (upstream's machined asks etcd at the call: these answers may be
 //! up to that old, and `query_local` makes no difference).
 
-use machinery::resources::etcd::{EtcdStatusSpec, ETCD_ID, NAMESPACE};
-use proto::machine::{EtcdMember, EtcdMemberStatus, EtcdMembers, EtcdStatus};
+use cosi::ResourceSpec as _;
+use machinery::resources::apid::EtcdOperationRequestSpec;
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
+use machinery::resources::etcd::{EtcdOperationAnswerSpec, EtcdStatusSpec, ETCD_ID, NAMESPACE};
+use proto::machine::{
+    etcd_member_alarm, EtcdMember, EtcdMemberAlarm, EtcdMemberStatus, EtcdMembers, EtcdStatus,
+};
 use tonic::Status;
 
 use crate::request::unavailable;
@@ -78,4 +84,142 @@ pub async fn member_status(client: &cosi::Client) -> Result<EtcdStatus, Status> 
             is_learner: m.is_learner,
         }),
     })
+}
+
+/// The owner of the operation requests apid writes.
+const OPERATION_OWNER: &str = "apid.EtcdOperation";
+/// One etcd operation at a time: callers cannot pile requests up in stated.
+static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// How long k8sd has to answer `operation` (a defragmentation rewrites the database; a leave
+/// waits for etcd to stop and its data to be removed).
+pub fn answer_timeout(operation: &str) -> std::time::Duration {
+    std::time::Duration::from_secs(match operation {
+        "defragment" => 90,
+        "leave" => 60,
+        _ => 30,
+    })
+}
+
+/// The status of k8sd's answer (`Ok` when done).
+pub fn status_of(answer: &EtcdOperationAnswerSpec) -> Result<(), Status> {
+    let m = answer.message.clone();
+    match answer.code.as_str() {
+        "" => Ok(()),
+        "NotFound" => Err(Status::not_found(m)),
+        "FailedPrecondition" => Err(Status::failed_precondition(m)),
+        "InvalidArgument" => Err(Status::invalid_argument(m)),
+        "Unavailable" => Err(Status::unavailable(m)),
+        "Internal" => Err(Status::internal(m)),
+        other => Err(Status::internal(format!("{other}: {m}"))),
+    }
+}
+
+/// Asks k8sd to run an etcd operation (`remove-member`, `leave`, `forfeit-leadership`,
+/// `defragment`, `alarm-list`, `alarm-disarm`) and returns its answer. apid cannot reach etcd
+/// and holds no etcd credential: k8sd runs it with the admin certificate.
+///
+/// # Errors
+///
+/// k8sd's refusal; `ResourceExhausted` while another operation is being answered;
+/// `FailedPrecondition` in maintenance; `Unavailable` without stated; `DeadlineExceeded` when
+/// k8sd does not answer in time.
+pub async fn operation(
+    client: &cosi::Client,
+    operation: &str,
+    member_id: u64,
+) -> Result<EtcdOperationAnswerSpec, Status> {
+    let _permit = IN_FLIGHT.try_acquire().map_err(|_| {
+        Status::resource_exhausted("an etcd operation is being answered: try again")
+    })?;
+    match client
+        .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {
+            return Err(Status::failed_precondition(
+                "etcd does not run in maintenance mode: apply a configuration first",
+            ))
+        }
+        Err(e) => return Err(unavailable(&e)),
+    }
+    let request = crate::request::Pending::create(
+        client,
+        OPERATION_OWNER,
+        EtcdOperationRequestSpec {
+            operation: operation.to_string(),
+            member_id,
+        },
+    )
+    .await?;
+    let answer = request
+        .answer::<EtcdOperationAnswerSpec>(
+            NAMESPACE,
+            answer_timeout(operation),
+            "k8sd did not answer the etcd request (is k8sd running? `talosctl service k8sd`)",
+            |_| true,
+        )
+        .await?;
+    status_of(&answer)?;
+    Ok(answer)
+}
+
+/// The alarms of an answer, as upstream's messages.
+pub fn alarms(answer: &EtcdOperationAnswerSpec) -> Vec<EtcdMemberAlarm> {
+    answer
+        .alarms
+        .iter()
+        .map(|a| EtcdMemberAlarm {
+            member_id: a.member_id,
+            alarm: match a.alarm.as_str() {
+                "NOSPACE" => etcd_member_alarm::AlarmType::Nospace,
+                "CORRUPT" => etcd_member_alarm::AlarmType::Corrupt,
+                _ => etcd_member_alarm::AlarmType::None,
+            } as i32,
+        })
+        .collect()
+}
+
+/// Destroys the operation requests a previous apid left (it was killed mid-call).
+pub async fn forget_stale(client: &cosi::Client) {
+    crate::request::forget_stale(client, EtcdOperationRequestSpec::TYPE).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k8sd_codes_become_grpc_codes() {
+        let a = |code: &str| EtcdOperationAnswerSpec {
+            code: code.into(),
+            message: "m".into(),
+            ..Default::default()
+        };
+        assert!(status_of(&a("")).is_ok());
+        for (code, grpc) in [
+            ("NotFound", tonic::Code::NotFound),
+            ("FailedPrecondition", tonic::Code::FailedPrecondition),
+            ("InvalidArgument", tonic::Code::InvalidArgument),
+            ("Unavailable", tonic::Code::Unavailable),
+            ("bogus", tonic::Code::Internal),
+        ] {
+            assert_eq!(status_of(&a(code)).unwrap_err().code(), grpc, "{code}");
+        }
+    }
+
+    #[test]
+    fn alarms_keep_upstreams_numbers() {
+        let answer = EtcdOperationAnswerSpec {
+            alarms: vec![machinery::resources::etcd::EtcdAlarmInfo {
+                member_id: 7,
+                alarm: "NOSPACE".into(),
+            }],
+            ..Default::default()
+        };
+        let a = alarms(&answer);
+        assert_eq!(a[0].member_id, 7);
+        assert_eq!(a[0].alarm, 1);
+    }
 }

@@ -18,14 +18,18 @@ use proto::init::{
 use proto::machine::machine_service_server::MachineService;
 use proto::machine::{
     ApplyConfiguration, ApplyConfigurationRequest, ApplyConfigurationResponse, Bootstrap,
-    BootstrapRequest, BootstrapResponse, DmesgRequest, EtcdMemberListRequest,
-    EtcdMemberListResponse, EtcdStatusResponse, FeaturesInfo, GenerateClientConfigurationRequest,
-    GenerateClientConfigurationResponse, Hostname, HostnameResponse, LogsRequest, PlatformInfo,
-    Reboot, RebootRequest, RebootResponse, ServiceHealth, ServiceInfo, ServiceList,
-    ServiceListResponse, ServiceRestart, ServiceRestartRequest, ServiceRestartResponse,
-    ServiceStart, ServiceStartRequest, ServiceStartResponse, ServiceStop, ServiceStopRequest,
-    ServiceStopResponse, Shutdown, ShutdownRequest, ShutdownResponse, Version, VersionInfo,
-    VersionResponse,
+    BootstrapRequest, BootstrapResponse, DmesgRequest, EtcdAlarm, EtcdAlarmDisarm,
+    EtcdAlarmDisarmResponse, EtcdAlarmListResponse, EtcdDefragment, EtcdDefragmentResponse,
+    EtcdForfeitLeadership, EtcdForfeitLeadershipRequest, EtcdForfeitLeadershipResponse,
+    EtcdLeaveCluster, EtcdLeaveClusterRequest, EtcdLeaveClusterResponse, EtcdMemberListRequest,
+    EtcdMemberListResponse, EtcdRemoveMemberById, EtcdRemoveMemberByIdRequest,
+    EtcdRemoveMemberByIdResponse, EtcdStatusResponse, FeaturesInfo,
+    GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname,
+    HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
+    ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
+    ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
+    ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,
+    ShutdownRequest, ShutdownResponse, Version, VersionInfo, VersionResponse,
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -202,6 +206,82 @@ impl MachineService for Machine {
     ) -> Result<Response<EtcdMemberListResponse>, Status> {
         Ok(Response::new(EtcdMemberListResponse {
             messages: vec![crate::etcd::members(&self.client).await?],
+        }))
+    }
+
+    /// Removes another member (by ID) from the etcd cluster; k8sd runs it.
+    async fn etcd_remove_member_by_id(
+        &self,
+        req: Request<EtcdRemoveMemberByIdRequest>,
+    ) -> Result<Response<EtcdRemoveMemberByIdResponse>, Status> {
+        let id = req.into_inner().member_id;
+        crate::etcd::operation(&self.client, "remove-member", id).await?;
+        Ok(Response::new(EtcdRemoveMemberByIdResponse {
+            messages: vec![EtcdRemoveMemberById { metadata: None }],
+        }))
+    }
+
+    /// This node leaves the etcd cluster: its member removed, etcd stopped, its data removed.
+    async fn etcd_leave_cluster(
+        &self,
+        _: Request<EtcdLeaveClusterRequest>,
+    ) -> Result<Response<EtcdLeaveClusterResponse>, Status> {
+        crate::etcd::operation(&self.client, "leave", 0).await?;
+        Ok(Response::new(EtcdLeaveClusterResponse {
+            messages: vec![EtcdLeaveCluster { metadata: None }],
+        }))
+    }
+
+    /// Moves the leadership away from this member when it leads; names the new leader.
+    async fn etcd_forfeit_leadership(
+        &self,
+        _: Request<EtcdForfeitLeadershipRequest>,
+    ) -> Result<Response<EtcdForfeitLeadershipResponse>, Status> {
+        let a = crate::etcd::operation(&self.client, "forfeit-leadership", 0).await?;
+        Ok(Response::new(EtcdForfeitLeadershipResponse {
+            messages: vec![EtcdForfeitLeadership {
+                metadata: None,
+                member: a.member,
+            }],
+        }))
+    }
+
+    /// The alarms the local member knows.
+    async fn etcd_alarm_list(
+        &self,
+        _: Request<()>,
+    ) -> Result<Response<EtcdAlarmListResponse>, Status> {
+        let a = crate::etcd::operation(&self.client, "alarm-list", 0).await?;
+        Ok(Response::new(EtcdAlarmListResponse {
+            messages: vec![EtcdAlarm {
+                metadata: None,
+                member_alarms: crate::etcd::alarms(&a),
+            }],
+        }))
+    }
+
+    /// Disarms every raised alarm; lists those disarmed.
+    async fn etcd_alarm_disarm(
+        &self,
+        _: Request<()>,
+    ) -> Result<Response<EtcdAlarmDisarmResponse>, Status> {
+        let a = crate::etcd::operation(&self.client, "alarm-disarm", 0).await?;
+        Ok(Response::new(EtcdAlarmDisarmResponse {
+            messages: vec![EtcdAlarmDisarm {
+                metadata: None,
+                member_alarms: crate::etcd::alarms(&a),
+            }],
+        }))
+    }
+
+    /// Defragments the local member's database.
+    async fn etcd_defragment(
+        &self,
+        _: Request<()>,
+    ) -> Result<Response<EtcdDefragmentResponse>, Status> {
+        crate::etcd::operation(&self.client, "defragment", 0).await?;
+        Ok(Response::new(EtcdDefragmentResponse {
+            messages: vec![EtcdDefragment { metadata: None }],
         }))
     }
 

@@ -9,3 +9,4 @@
 pub mod controllers;
 pub mod etcd;
 pub mod run;
+pub mod wipe;

@@ -28,6 +28,13 @@ struct Args {
     /// The uid (and gid) etcd runs as: within k8sd's envelope in the daemon manifest.
     #[arg(long, default_value_t = 1_990_001_600)]
     etcd_uid: u32,
+    /// This program, as the one-shot service that removes etcd's data after a leave runs it
+    /// (`--wipe-contents`, under etcd's uid).
+    #[arg(long, default_value = "/usr/bin/k8sd")]
+    wipe_binary: PathBuf,
+    /// Not the daemon: remove every entry of DIR and exit (what the `etcd-wipe` service runs).
+    #[arg(long, value_name = "DIR")]
+    wipe_contents: Option<PathBuf>,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -39,6 +46,18 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dir) = args.wipe_contents {
+        return match k8sd::wipe::contents(&dir) {
+            Ok(n) => {
+                eprintln!("k8sd: removed {n} entries of {}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("k8sd: cannot remove the contents of {}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        };
+    }
     let d = match Daemon::start("k8sd", &args.log_level) {
         Ok(d) => d,
         Err(code) => return code,
@@ -55,6 +74,7 @@ fn main() -> ExitCode {
                 data_dir: args.etcd_data_dir,
                 pki_dir: args.etcd_pki_dir,
                 uid: args.etcd_uid,
+                wipe_binary: args.wipe_binary,
                 ..Default::default()
             },
         },

@@ -517,10 +517,133 @@ pub enum EtcdCommand {
     Members,
     /// The node's etcd member: database size, leader, raft index and term, learner, errors.
     Status,
+    /// Remove a member (its ID in hex, from `etcd members`) that has no node any more. The
+    /// member's data is not touched; for a running node, use `etcd leave` on it instead.
+    RemoveMember {
+        /// The member ID, 16 hex digits.
+        #[arg(value_parser = parse_member_id)]
+        member_id: u64,
+    },
+    /// The node leaves the etcd cluster: its member is removed, etcd stops and its data is
+    /// removed; etcd stays stopped until the node restarts.
+    Leave,
+    /// Move the leadership to another voting member when the node's member leads.
+    ForfeitLeadership,
+    /// Defragment the node's etcd database (resource-heavy: one node at a time).
+    Defrag,
+    /// etcd's alarms (NOSPACE, CORRUPT).
+    #[command(subcommand)]
+    Alarm(EtcdAlarmCommand),
 }
 
-/// `talosctl etcd members` and `talosctl etcd status`, one node after another.
+/// `talosctl etcd alarm …`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum EtcdAlarmCommand {
+    /// The raised alarms, by member.
+    List,
+    /// Disarm every raised alarm (after freeing space: defrag, compaction).
+    Disarm,
+}
+
+/// A member ID as `etcd members` prints it (hex).
+fn parse_member_id(s: &str) -> Result<u64, String> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).map_err(|e| {
+        format!("{s:?} is not a member ID (16 hex digits, as `etcd members` shows): {e}")
+    })
+}
+
+/// The etcd operations that change something: one node after another, a line each.
+async fn etcd_operation(api: &Api, cmd: &EtcdCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut c = client(api)?;
+    let mut errors = Vec::new();
+    let mut alarms = vec![["NODE", "MEMBER", "ALARM"].map(String::from).to_vec()];
+    let alarm_name = |a: i32| {
+        proto::machine::etcd_member_alarm::AlarmType::try_from(a)
+            .map_or_else(|_| a.to_string(), |t| t.as_str_name().to_string())
+    };
+    for (label, node) in api.targets() {
+        let node = node.as_deref();
+        let result = match cmd {
+            EtcdCommand::RemoveMember { member_id } => {
+                let req = proto::machine::EtcdRemoveMemberByIdRequest {
+                    member_id: *member_id,
+                };
+                c.etcd_remove_member_by_id(api.for_node(req, node)?)
+                    .await
+                    .map(|_| format!("{label}: member {member_id:016x} removed"))
+            }
+            EtcdCommand::Leave => c
+                .etcd_leave_cluster(api.for_node(proto::machine::EtcdLeaveClusterRequest {}, node)?)
+                .await
+                .map(|_| {
+                    format!("{label}: left the etcd cluster; etcd is stopped and its data removed")
+                }),
+            EtcdCommand::ForfeitLeadership => c
+                .etcd_forfeit_leadership(
+                    api.for_node(proto::machine::EtcdForfeitLeadershipRequest {}, node)?,
+                )
+                .await
+                .map(
+                    |r| match r.into_inner().messages.first().map(|m| m.member.clone()) {
+                        Some(m) if !m.is_empty() => format!("{label}: leadership moved to {m}"),
+                        _ => format!("{label}: not the leader: nothing to forfeit"),
+                    },
+                ),
+            EtcdCommand::Defrag => c
+                .etcd_defragment(api.for_node((), node)?)
+                .await
+                .map(|_| format!("{label}: defragmented")),
+            EtcdCommand::Alarm(a) => {
+                let reply = match a {
+                    EtcdAlarmCommand::List => {
+                        c.etcd_alarm_list(api.for_node((), node)?).await.map(|r| {
+                            r.into_inner()
+                                .messages
+                                .into_iter()
+                                .flat_map(|m| m.member_alarms)
+                                .collect::<Vec<_>>()
+                        })
+                    }
+                    EtcdAlarmCommand::Disarm => {
+                        c.etcd_alarm_disarm(api.for_node((), node)?).await.map(|r| {
+                            r.into_inner()
+                                .messages
+                                .into_iter()
+                                .flat_map(|m| m.member_alarms)
+                                .collect::<Vec<_>>()
+                        })
+                    }
+                };
+                reply.map(|list| {
+                    for m in list {
+                        alarms.push(vec![
+                            label.clone(),
+                            format!("{:016x}", m.member_id),
+                            alarm_name(m.alarm),
+                        ]);
+                    }
+                    String::new()
+                })
+            }
+            EtcdCommand::Members | EtcdCommand::Status => unreachable!("not an operation"),
+        };
+        match result {
+            Ok(line) if line.is_empty() => {}
+            Ok(line) => writeln!(out, "{line}")?,
+            Err(s) => errors.push(failed(api, &label, &s)),
+        }
+    }
+    if matches!(cmd, EtcdCommand::Alarm(EtcdAlarmCommand::List)) || alarms.len() > 1 {
+        table(out, &alarms)?;
+    }
+    finish(errors)
+}
+
+/// `talosctl etcd …`, one node after another.
 pub async fn etcd(api: &Api, cmd: &EtcdCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    if !matches!(cmd, EtcdCommand::Members | EtcdCommand::Status) {
+        return etcd_operation(api, cmd, out).await;
+    }
     let mut c = client(api)?;
     let mut errors = Vec::new();
     let mut rows = match cmd {
@@ -534,7 +657,7 @@ pub async fn etcd(api: &Api, cmd: &EtcdCommand, out: &mut dyn Write) -> anyhow::
         ]
         .map(String::from)
         .to_vec()],
-        EtcdCommand::Status => vec![[
+        _ => vec![[
             "NODE",
             "MEMBER",
             "DB SIZE",
@@ -570,7 +693,7 @@ pub async fn etcd(api: &Api, cmd: &EtcdCommand, out: &mut dyn Write) -> anyhow::
                     Err(s) => errors.push(failed(api, &label, &s)),
                 }
             }
-            EtcdCommand::Status => match c.etcd_status(api.for_node((), node)?).await {
+            _ => match c.etcd_status(api.for_node((), node)?).await {
                 Ok(reply) => {
                     for m in reply
                         .into_inner()

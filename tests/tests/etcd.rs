@@ -414,14 +414,146 @@ fn three_control_planes_join_as_learners_are_promoted_and_share_the_data() {
     // The worker runs no etcd.
     assert!(etcd_service(&rt, &cluster, worker).is_err());
     assert!(etcd_status(&rt, &cluster, worker).is_err());
-    let out = cluster.talosctl(&["-n", &worker.ip, "etcd", "members"]);
-    assert!(!out.status.success(), "{}", text(&out));
-    assert!(
-        text(&out).contains("does not run on this node"),
-        "{}",
-        text(&out)
-    );
+    for op in [
+        &["etcd", "members"][..],
+        &["etcd", "leave"],
+        &["etcd", "defrag"],
+    ] {
+        let out = cluster.talosctl(&[&["-n", worker.ip.as_str()][..], op].concat());
+        assert!(!out.status.success(), "{op:?}: {}", text(&out));
+        assert!(
+            text(&out).contains("does not run on this node"),
+            "{op:?}: {}",
+            text(&out)
+        );
+    }
+
+    etcd_operations(&rt, &cluster, &cps, &voters);
 
     let out = cluster.destroy();
     assert!(out.status.success(), "destroy: {}", text(&out));
+}
+
+/// The leader's member ID as `node`'s member reports it (hex).
+fn leader(cluster: &Cluster, node: &NodeInfo) -> Result<String, String> {
+    let out = etcdctl(cluster, node, &["endpoint", "status", "-w", "json"]);
+    if !out.status.success() {
+        return Err(text(&out));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    v[0]["Status"]["leader"]
+        .as_u64()
+        .map(|l| format!("{l:016x}"))
+        .ok_or_else(|| text(&out))
+}
+
+/// `talosctl etcd alarm list | defrag | forfeit-leadership | remove-member | leave` against a
+/// cluster of three voters (`voters`: name, ID): run by k8sd for apid, seen by etcdctl.
+fn etcd_operations(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    cps: &[&NodeInfo],
+    voters: &[(String, String, bool)],
+) {
+    let id_of = |n: &NodeInfo| {
+        voters
+            .iter()
+            .find(|(name, _, _)| *name == n.name)
+            .map(|v| v.1.clone())
+            .unwrap()
+    };
+    let ok = |node: &NodeInfo, args: &[&str]| {
+        let out = cluster.talosctl(&[&["-n", node.ip.as_str()][..], args].concat());
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        text(&out)
+    };
+
+    // No alarm is raised; a defragmentation succeeds.
+    let alarms = ok(cps[0], &["etcd", "alarm", "list"]);
+    assert!(alarms.starts_with("NODE"), "{alarms}");
+    assert_eq!(alarms.trim().lines().count(), 1, "{alarms}");
+    assert!(ok(cps[1], &["etcd", "defrag"]).contains("defragmented"));
+    ok(cps[1], &["etcd", "alarm", "disarm"]);
+
+    // forfeit-leadership: the leader hands it to another voter; a follower has nothing to
+    // hand.
+    let before = leader(cluster, cps[0]).unwrap();
+    let holder = cps.iter().find(|n| id_of(n) == before).unwrap();
+    let follower = cps.iter().find(|n| id_of(n) != before).unwrap();
+    assert!(ok(follower, &["etcd", "forfeit-leadership"]).contains("not the leader"));
+    let moved = ok(holder, &["etcd", "forfeit-leadership"]);
+    assert!(moved.contains("leadership moved to"), "{moved}");
+    let after = wait(Duration::from_secs(30), "a new leader", || {
+        let l = leader(cluster, cps[0])?;
+        (l != before).then_some(l.clone()).ok_or(l)
+    });
+    let new_holder = cps.iter().find(|n| id_of(n) == after).unwrap();
+    assert!(
+        moved.contains(new_holder.name.as_str()),
+        "{moved} / {after}"
+    );
+
+    // remove-member: an unknown ID is NotFound; a known one is removed (its data untouched:
+    // its etcd, removed, just stops answering as a member).
+    let out = cluster.talosctl(&[
+        "-n",
+        &cps[0].ip,
+        "etcd",
+        "remove-member",
+        "0123456789abcdef",
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("not found"), "{}", text(&out));
+    let out = cluster.talosctl(&["-n", &cps[0].ip, "etcd", "remove-member", "not-hex"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let third = id_of(cps[2]);
+    assert!(ok(cps[0], &["etcd", "remove-member", &third]).contains("removed"));
+    wait(Duration::from_secs(30), "two members", || {
+        let m = members(cluster, cps[0])?;
+        (m.len() == 2 && !m.iter().any(|(_, id, _)| *id == third))
+            .then_some(())
+            .ok_or(format!("{m:?}"))
+    });
+
+    // leave: the second node's member removed, its etcd stopped and its data removed (by the
+    // one-shot wipe under etcd's uid); it stays out; the first goes on alone.
+    let left = ok(cps[1], &["etcd", "leave"]);
+    assert!(left.contains("left the etcd cluster"), "{left}");
+    let m = members(cluster, cps[0]).unwrap();
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert_eq!(m[0].0, cps[0].name);
+    let data = format!("/proc/{}/root/var/lib/etcd", cps[1].init_pid.unwrap());
+    assert_eq!(
+        std::fs::read_dir(&data).unwrap().count(),
+        0,
+        "{data} is not empty"
+    );
+    wait(
+        Duration::from_secs(30),
+        "etcd stopped on the node that left",
+        || match etcd_service(rt, cluster, cps[1]) {
+            Err(_) => Ok(()),
+            Ok(s) => Err(format!("{s:?}")),
+        },
+    );
+    let s = etcd_status(rt, cluster, cps[1]).unwrap();
+    assert_eq!(s.phase, "left", "{s:?}");
+    assert_eq!(s.member_id, id_of(cps[1]));
+    let out = cluster.talosctl(&["-n", &cps[1].ip, "bootstrap"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("left the etcd cluster"),
+        "{}",
+        text(&out)
+    );
+    let out = etcdctl(cluster, cps[0], &["put", "talos-rs/alone", "still"]);
+    assert!(
+        out.status.success(),
+        "put on the last member: {}",
+        text(&out)
+    );
+    // The last voting member cannot leave.
+    let out = cluster.talosctl(&["-n", &cps[0].ip, "etcd", "leave"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("only voting member"), "{}", text(&out));
 }

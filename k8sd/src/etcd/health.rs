@@ -10,8 +10,9 @@ use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::Resource;
 use etcd_client::Client;
 use machinery::resources::etcd::{
-    EtcdBootstrapSpec, EtcdMemberInfo, EtcdMemberSpec, EtcdMemberStatusInfo, EtcdSpecSpec,
-    EtcdStatusSpec, PkiStatusSpec, CLIENT_PORT, ETCD_ID, LOCAL_MEMBER_ID, NAMESPACE, SERVICE_ID,
+    EtcdBootstrapSpec, EtcdLeaveSpec, EtcdMemberInfo, EtcdMemberSpec, EtcdMemberStatusInfo,
+    EtcdSpecSpec, EtcdStatusSpec, PkiStatusSpec, CLIENT_PORT, ETCD_ID, LOCAL_MEMBER_ID, NAMESPACE,
+    SERVICE_ID,
 };
 use machinery::resources::runtime::{
     ServiceSpecSpec, ServiceState, ServiceStatusSpec, NAMESPACE as RUNTIME,
@@ -116,6 +117,7 @@ impl Controller for HealthController {
             Input::weak::<PkiStatusSpec>(NAMESPACE).with_id(ETCD_ID),
             Input::weak::<EtcdBootstrapSpec>(NAMESPACE).with_id(ETCD_ID),
             Input::weak::<EtcdCertsSpec>(SECRETS).with_id(SECRETS_ETCD_ID),
+            Input::weak::<EtcdLeaveSpec>(NAMESPACE).with_id(ETCD_ID),
         ]
     }
 
@@ -134,6 +136,17 @@ impl Controller for HealthController {
             self.client = None;
             return Ok(Action::AwaitChange);
         };
+        if let Some(left) = ctx.get::<EtcdLeaveSpec>(NAMESPACE, ETCD_ID).await? {
+            self.client = None;
+            let out = EtcdStatusSpec {
+                phase: "left".into(),
+                member_id: left.spec.member_id.clone(),
+                message: "this node left the etcd cluster (`talosctl etcd leave`): etcd stays stopped, its data removed, until the node restarts".into(),
+                ..Default::default()
+            };
+            ctx.apply(Resource::new(NAMESPACE, ETCD_ID, out)).await?;
+            return Ok(Action::AwaitChange);
+        }
         let service = ctx.get::<ServiceSpecSpec>(NAMESPACE, SERVICE_ID).await?;
         let status = ctx.get::<ServiceStatusSpec>(RUNTIME, SERVICE_ID).await?;
         let start = service.as_ref().map_or("", |s| {

@@ -5,6 +5,7 @@ pub mod args;
 pub mod config;
 pub mod health;
 pub mod join;
+pub mod operation;
 pub mod pki;
 pub mod service;
 

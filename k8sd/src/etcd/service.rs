@@ -26,10 +26,12 @@ use machinery::config::Config;
 use machinery::resources::apid::{EtcdBootstrapRequestSpec, NAMESPACE as APID};
 use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
 use machinery::resources::etcd::{
-    EtcdBootstrapAnswerSpec, EtcdBootstrapSpec, EtcdConfigSpec, EtcdSpecSpec, PkiStatusSpec,
-    CLIENT_PORT, ETCD_ID, NAMESPACE, PEER_PORT, SERVICE_ID,
+    EtcdBootstrapAnswerSpec, EtcdBootstrapSpec, EtcdConfigSpec, EtcdLeaveSpec, EtcdSpecSpec,
+    PkiStatusSpec, CLIENT_PORT, ETCD_ID, NAMESPACE, PEER_PORT, SERVICE_ID, WIPE_SERVICE_ID,
 };
-use machinery::resources::runtime::{ServicePath, ServiceSpecSpec};
+use machinery::resources::runtime::{
+    ServicePath, ServiceSpecSpec, ServiceStatusSpec, NAMESPACE as RUNTIME,
+};
 use machinery::resources::secrets::{
     EtcdCertsSpec, ETCD_ID as SECRETS_ETCD_ID, NAMESPACE as SECRETS,
 };
@@ -51,6 +53,8 @@ pub struct EtcdOptions {
     pub libs: Vec<PathBuf>,
     /// The seccomp profile.
     pub seccomp: String,
+    /// k8sd's own program: the one-shot `etcd-wipe` service runs it with `--wipe-contents`.
+    pub wipe_binary: PathBuf,
 }
 
 impl Default for EtcdOptions {
@@ -62,6 +66,7 @@ impl Default for EtcdOptions {
             uid: 1_990_001_600,
             libs: vec!["/usr/lib".into(), "/lib64".into()],
             seccomp: "etcd".into(),
+            wipe_binary: "/usr/bin/k8sd".into(),
         }
     }
 }
@@ -99,6 +104,37 @@ pub fn service_spec(options: &EtcdOptions, args: Vec<String>) -> ServiceSpecSpec
         connect_tcp: vec![CLIENT_PORT, PEER_PORT],
         seccomp_profile: options.seccomp.clone(),
         restart: true,
+    }
+}
+
+/// The one-shot service that removes etcd's data after a leave: k8sd's program with
+/// `--wipe-contents`, under etcd's uid (its files are etcd's 0700), landlock on the data
+/// directory only, no network, seccomp `wipe`.
+pub fn wipe_spec(options: &EtcdOptions) -> ServiceSpecSpec {
+    let path = |p: &Path, access: &str| ServicePath {
+        path: p.display().to_string(),
+        access: access.to_string(),
+    };
+    let mut paths = vec![
+        path(&options.wipe_binary, "exec"),
+        path(&options.data_dir, "read-write"),
+    ];
+    paths.extend(options.libs.iter().map(|l| path(l, "exec")));
+    ServiceSpecSpec {
+        binary: options.wipe_binary.display().to_string(),
+        args: vec![
+            "--wipe-contents".to_string(),
+            options.data_dir.display().to_string(),
+        ],
+        env: std::collections::BTreeMap::new(),
+        uid: options.uid,
+        gid: options.uid,
+        capabilities: Vec::new(),
+        paths,
+        bind_tcp: Vec::new(),
+        connect_tcp: Vec::new(),
+        seccomp_profile: "wipe".to_string(),
+        restart: false,
     }
 }
 
@@ -185,6 +221,8 @@ impl Controller for ServiceController {
             Input::weak::<EtcdBootstrapRequestSpec>(APID),
             Input::weak::<MachineConfigSpec>(REDACTED_NAMESPACE).with_id(ACTIVE_ID),
             Input::weak::<EtcdCertsSpec>(SECRETS).with_id(SECRETS_ETCD_ID),
+            Input::weak::<EtcdLeaveSpec>(NAMESPACE).with_id(ETCD_ID),
+            Input::weak::<ServiceStatusSpec>(RUNTIME).with_id(SERVICE_ID),
         ]
     }
 
@@ -205,6 +243,7 @@ impl Controller for ServiceController {
             )
         })?;
 
+        let left = ctx.get::<EtcdLeaveSpec>(NAMESPACE, ETCD_ID).await?;
         // Bootstrap: the accepted one, then every request's answer.
         let mut bootstrap = ctx
             .get::<EtcdBootstrapSpec>(NAMESPACE, ETCD_ID)
@@ -223,6 +262,12 @@ impl Controller for ServiceController {
                 (
                     "FailedPrecondition",
                     "this node runs no etcd: bootstrap a control plane node (one whose configuration has cluster.etcd.ca)".to_string(),
+                )
+            } else if left.is_some() {
+                (
+                    "FailedPrecondition",
+                    "this node left the etcd cluster: etcd stays stopped until the node restarts"
+                        .to_string(),
                 )
             } else if req.spec.recover_etcd {
                 (
@@ -278,6 +323,23 @@ impl Controller for ServiceController {
         let pki = ctx.get::<PkiStatusSpec>(NAMESPACE, ETCD_ID).await?;
         if config.is_none() {
             // Not a control plane (any more): no etcd.
+            return Ok(Action::AwaitChange);
+        }
+        if left.is_some() {
+            // Left the cluster: etcd stopped (its spec is not asserted), then its data removed
+            // by the one-shot wipe once it is down; a failed wipe stays, for its status.
+            let running = ctx
+                .get::<ServiceStatusSpec>(RUNTIME, SERVICE_ID)
+                .await?
+                .is_some();
+            if data && !running {
+                ctx.apply(Resource::new(
+                    NAMESPACE,
+                    WIPE_SERVICE_ID,
+                    wipe_spec(&self.options),
+                ))
+                .await?;
+            }
             return Ok(Action::AwaitChange);
         }
         let (Some(spec), Some(_)) = (spec, pki.filter(|p| p.spec.ready)) else {

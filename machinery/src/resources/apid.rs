@@ -71,6 +71,30 @@ impl ResourceSpec for EtcdBootstrapRequestSpec {
     }
 }
 
+/// An etcd operation asked through apid (`EtcdOperationRequests`, a random ID per call):
+/// `remove-member`, `leave`, `forfeit-leadership`, `defragment`, `alarm-list`, `alarm-disarm`.
+/// Written by apid, destroyed once k8sd answered in `etcd/EtcdOperationAnswers` (or the call
+/// ended). apid takes one at a time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdOperationRequestSpec {
+    /// What to do.
+    pub operation: String,
+    /// The member (`remove-member`).
+    #[serde(default)]
+    pub member_id: u64,
+}
+
+impl ResourceSpec for EtcdOperationRequestSpec {
+    const TYPE: &'static str = "EtcdOperationRequests.apid.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_columns(&[("Operation", "{.operation}")])
+    }
+}
+
 /// ID of [`MaintenanceCertificateSpec`].
 pub const MAINTENANCE_ID: &str = "maintenance";
 
@@ -102,5 +126,6 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         ClientCertificateRequestSpec::definition(),
         MaintenanceCertificateSpec::definition(),
         EtcdBootstrapRequestSpec::definition(),
+        EtcdOperationRequestSpec::definition(),
     ]
 }

@@ -172,7 +172,8 @@ impl ResourceSpec for EtcdMemberSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdStatusSpec {
-    /// `waiting` (for its inputs, or for a bootstrap), `starting`, `healthy`, `unhealthy`.
+    /// `waiting` (for its inputs, or for a bootstrap), `starting`, `joining`, `healthy`, `unhealthy`,
+    /// `left` (`talosctl etcd leave`: stopped until the node restarts).
     pub phase: String,
     /// The last quorum check passed.
     pub healthy: bool,
@@ -300,6 +301,71 @@ impl ResourceSpec for EtcdBootstrapAnswerSpec {
     }
 }
 
+/// k8sd's answer to one `apid/EtcdOperationRequests` of the same ID (`EtcdOperationAnswers`;
+/// ours): done, or the gRPC code and message apid returns, with what the operation found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdOperationAnswerSpec {
+    /// Empty when done; else `NotFound`, `FailedPrecondition`, `Unavailable`, `Internal`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub code: String,
+    /// What the caller is told.
+    #[serde(default)]
+    pub message: String,
+    /// `alarm-list`: the alarms; `alarm-disarm`: those disarmed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<EtcdAlarmInfo>,
+    /// `forfeit-leadership`: the member the leadership moved to (empty: this member was not
+    /// the leader).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub member: String,
+}
+
+/// One raised alarm (upstream's `machine.EtcdMemberAlarm`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdAlarmInfo {
+    /// The member that raised it.
+    pub member_id: u64,
+    /// `NOSPACE`, `CORRUPT` (`NONE` otherwise).
+    pub alarm: String,
+}
+
+impl ResourceSpec for EtcdOperationAnswerSpec {
+    const TYPE: &'static str = "EtcdOperationAnswers.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_columns(&[("Code", "{.code}"), ("Message", "{.message}")])
+    }
+}
+
+/// This node left the etcd cluster (`EtcdLeaves`, ID `etcd`; ours: upstream stops the etcd
+/// service in place): k8sd removed its member, and etcd stays stopped, with its data removed,
+/// while this resource lives (until the node restarts, as upstream's stopped service).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdLeaveSpec {
+    /// The removed member, 16 hex digits.
+    pub member_id: String,
+    /// The request (`apid/EtcdOperationRequests`) that asked for it.
+    pub request: String,
+}
+
+impl ResourceSpec for EtcdLeaveSpec {
+    const TYPE: &'static str = "EtcdLeaves.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[("Member ID", "{.memberId}")])
+    }
+}
+
+/// The ID of the one-shot service that removes etcd's data after a leave
+/// (`ServiceSpecs.runtime.talos.dev` in this namespace).
+pub const WIPE_SERVICE_ID: &str = "etcd-wipe";
+
 /// Definitions of every type of the namespace.
 pub fn definitions() -> Vec<ResourceDefinition> {
     vec![
@@ -310,6 +376,8 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         EtcdStatusSpec::definition(),
         EtcdBootstrapSpec::definition(),
         EtcdBootstrapAnswerSpec::definition(),
+        EtcdOperationAnswerSpec::definition(),
+        EtcdLeaveSpec::definition(),
     ]
 }
 
