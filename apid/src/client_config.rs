@@ -109,6 +109,20 @@ impl Generator {
         }
     }
 
+    /// stated.
+    pub(crate) fn client(&self) -> &cosi::Client {
+        &self.client
+    }
+
+    /// A slot among the certificates being signed, or `ResourceExhausted`.
+    pub(crate) fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Status> {
+        self.in_flight.try_acquire().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{MAX_CLIENT_CERTIFICATE_REQUESTS} client certificates are being signed: try again"
+            ))
+        })
+    }
+
     /// Answers one call.
     pub async fn generate(
         &self,
@@ -141,11 +155,7 @@ impl Generator {
                 roles.join(", ")
             )));
         }
-        let _permit = self.in_flight.try_acquire().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "{MAX_CLIENT_CERTIFICATE_REQUESTS} client configurations are being generated: try again"
-            ))
-        })?;
+        let _permit = self.permit()?;
         // Upstream makes the key of the CA's type; any key type works with any CA in TLS 1.3,
         // and Ed25519 keys are made at once where an RSA one takes seconds.
         let (csr, key) = LeafRequest::default()
@@ -161,6 +171,7 @@ impl Generator {
                 csr: csr.clone(),
                 roles: roles.clone(),
                 ttl_seconds,
+                authority: machinery::resources::apid::AUTHORITY_OS.to_string(),
             },
         )
         .await?;

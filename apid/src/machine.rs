@@ -465,6 +465,19 @@ impl MachineService for Machine {
 
     type DmesgStream = Streamed<Data>;
 
+    type KubeconfigStream = Streamed<Data>;
+
+    /// An admin kubeconfig (tar.gz of one file `kubeconfig`), its certificate signed by
+    /// secretsd with the Kubernetes CA ([`crate::kubeconfig`]).
+    async fn kubeconfig(&self, _: Request<()>) -> Result<Response<Self::KubeconfigStream>, Status> {
+        let bytes = self.generator.kubeconfig().await?;
+        let chunk = Data {
+            metadata: None,
+            bytes,
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(chunk)]))))
+    }
+
     /// The node's kernel log, read by init (root): one `Data` per record as upstream's; a
     /// record that could not be read is a `Data` with `metadata.error`, as upstream's.
     async fn dmesg(

@@ -39,6 +39,7 @@ pub mod gen;
 pub mod get;
 pub mod inspect;
 pub mod jsonpath;
+pub mod kubeconfig;
 pub mod logs;
 pub mod machineconfig;
 pub mod output;
@@ -179,9 +180,15 @@ pub enum Command {
     /// Talos API only.
     Bootstrap(remote::BootstrapArgs),
 
-    /// etcd on control plane nodes: `members`, `status`. Through the Talos API only.
+    /// etcd on control plane nodes: `members`, `status`, `remove-member`, `leave`,
+    /// `forfeit-leadership`, `defrag`, `alarm list|disarm`. Through the Talos API only.
     #[command(subcommand)]
     Etcd(remote::EtcdCommand),
+
+    /// Download an admin kubeconfig from a control plane node (its certificate signed by the
+    /// Kubernetes CA) and merge it into ~/.kube/config (or $KUBECONFIG, or PATH). Through the
+    /// Talos API only.
+    Kubeconfig(kubeconfig::KubeconfigArgs),
 
     /// Apply a new machine configuration to a node (validated, diffed; `--dry-run`).
     #[command(visible_alias = "apply")]
@@ -316,6 +323,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Etcd(cmd) if !over_sockets(&cli) => {
             block_on(async { remote::etcd(&api(&cli)?, cmd, &mut out).await })
         }
+        Command::Kubeconfig(args) if !over_sockets(&cli) => {
+            block_on(async { kubeconfig::run(&api(&cli)?, args, &mut out).await })
+        }
+        Command::Kubeconfig(_) => Err(anyhow::anyhow!(
+            "kubeconfig goes through the Talos API (apid): drop --socket/--init-socket"
+        )),
         Command::Etcd(_) => Err(anyhow::anyhow!(
             "etcd goes through the Talos API (apid): drop --socket/--init-socket"
         )),

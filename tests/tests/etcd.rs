@@ -294,6 +294,8 @@ fn bootstrap_runs_a_sandboxed_etcd_a_real_client_uses_it_and_it_survives_sigkill
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(args(), before);
 
+    kubeconfig(&cluster, cp, worker);
+
     let out = cluster.destroy();
     assert!(out.status.success(), "destroy: {}", text(&out));
 }
@@ -546,14 +548,112 @@ fn etcd_operations(
         "{}",
         text(&out)
     );
-    let out = etcdctl(cluster, cps[0], &["put", "talos-rs/alone", "still"]);
-    assert!(
-        out.status.success(),
-        "put on the last member: {}",
-        text(&out)
-    );
+    // (If the member that left led, the last one elects itself first.)
+    wait(Duration::from_secs(30), "a put on the last member", || {
+        let out = etcdctl(cluster, cps[0], &["put", "talos-rs/alone", "still"]);
+        out.status.success().then_some(()).ok_or(text(&out))
+    });
     // The last voting member cannot leave.
     let out = cluster.talosctl(&["-n", &cps[0].ip, "etcd", "leave"]);
     assert!(!out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("only voting member"), "{}", text(&out));
+}
+
+/// `talosctl kubeconfig`: an admin kubeconfig whose certificate (CN admin, O system:masters)
+/// verifies against the Kubernetes CA it carries; refused on a worker; an existing file is
+/// merged into, or replaced only with --force.
+fn kubeconfig(cluster: &Cluster, cp: &NodeInfo, worker: &NodeInfo) {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = cluster.talosctl(&["-n", &cp.ip, "kubeconfig", d]);
+    assert!(out.status.success(), "kubeconfig: {}", text(&out));
+    let path = dir.path().join("kubeconfig");
+    assert!(
+        text(&out).contains(path.to_str().unwrap()),
+        "{}",
+        text(&out)
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let v: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let context = v["current-context"].as_str().unwrap().to_string();
+    assert!(context.starts_with("admin@"), "{context}");
+    let server = v["clusters"][0]["cluster"]["server"].as_str().unwrap();
+    assert!(
+        server.starts_with("https://") && server.ends_with(":6443"),
+        "{server}"
+    );
+    let decode = |s: &serde_yaml_ng::Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s.as_str().unwrap())
+            .unwrap()
+    };
+    let ca = dir.path().join("ca.pem");
+    let crt = dir.path().join("crt.pem");
+    std::fs::write(
+        &ca,
+        decode(&v["clusters"][0]["cluster"]["certificate-authority-data"]),
+    )
+    .unwrap();
+    std::fs::write(
+        &crt,
+        decode(&v["users"][0]["user"]["client-certificate-data"]),
+    )
+    .unwrap();
+    let verify = std::process::Command::new("openssl")
+        .args(["verify", "-purpose", "sslclient", "-CAfile"])
+        .arg(&ca)
+        .arg(&crt)
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "openssl verify: {}", text(&verify));
+    let subject = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-subject", "-in"])
+        .arg(&crt)
+        .output()
+        .unwrap();
+    let subject = text(&subject);
+    assert!(
+        subject.contains("O = system:masters") && subject.contains("CN = admin"),
+        "{subject}"
+    );
+    // The CA is the cluster's Kubernetes CA: the one in the node's configuration.
+    let mc = cluster.talosctl(&["-n", &cp.ip, "get", "machineconfig", "-o", "yaml"]);
+    let ca_pem = std::fs::read_to_string(&ca).unwrap();
+    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(ca_pem.as_bytes());
+    assert!(
+        text(&mc).contains(&ca_b64),
+        "the kubeconfig's CA is not cluster.ca"
+    );
+
+    // Written again: refused whole without --force; merged by default (a new key: the user
+    // and context renamed); replaced with --force.
+    let out = cluster.talosctl(&["-n", &cp.ip, "kubeconfig", d, "--merge=false"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("--force"), "{}", text(&out));
+    let out = cluster.talosctl(&["-n", &cp.ip, "kubeconfig", d]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("{context}-1")),
+        "{}",
+        text(&out)
+    );
+    let out = cluster.talosctl(&["-n", &cp.ip, "kubeconfig", d, "--merge=false", "--force"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(v["contexts"].as_sequence().unwrap().len(), 1);
+
+    let out = cluster.talosctl(&["-n", &worker.ip, "kubeconfig", d, "--force"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("only available on control plane nodes"),
+        "{}",
+        text(&out)
+    );
 }

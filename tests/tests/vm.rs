@@ -215,8 +215,18 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         out.contains(&format!("eth0/{ip}/24")).then_some(out)
     });
     assert!(addresses.contains(&ip), "{addresses}");
-    let log = std::fs::read_to_string(&console).unwrap_or_default();
-    assert!(log.contains("kernel module loaded"), "console: {log}");
+    // init logs each module it loads; the serial console may show the line after the kernel's
+    // own messages (and after the lease): wait for it.
+    wait_for(
+        "init's \"kernel module loaded\"",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(&console)
+                .unwrap_or_default()
+                .contains("kernel module loaded")
+                .then_some(())
+        },
+    );
 
     // blockd: the virtio disk, and what is on it, probed in the VM (through the group init
     // gave the device nodes).

@@ -70,6 +70,35 @@ fn is_member_not_found(e: &etcd_client::Error) -> bool {
         || s.message().contains("member not found"))
 }
 
+/// How long a removal is retried while etcd says the cluster is unhealthy (it refuses a
+/// reconfiguration until its leader has been in touch with every member for 5 s, e.g. just
+/// after a leadership change; upstream's leave retries the same error).
+const UNHEALTHY_RETRY: Duration = Duration::from_secs(20);
+
+/// `MemberRemove(id)`, retried every second while etcd answers "unhealthy cluster".
+async fn remove_member(client: &mut Client, id: u64) -> Result<(), etcd_client::Error> {
+    let t = super::join::CALL_TIMEOUT;
+    let start = std::time::Instant::now();
+    loop {
+        let r = match tokio::time::timeout(t, client.member_remove(id)).await {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => Err(etcd_client::Error::GRpcStatus(tonic::Status::unavailable(
+                format!("no answer within {} s", t.as_secs()),
+            ))),
+        };
+        match r {
+            Err(e)
+                if e.to_string().contains("unhealthy cluster")
+                    && start.elapsed() < UNHEALTHY_RETRY =>
+            {
+                tracing::info!(member = %format!("{id:016x}"), "etcd refuses the removal while the cluster settles: retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The name of an alarm as upstream's `EtcdMemberAlarm.AlarmType`.
 pub fn alarm_name(t: AlarmType) -> &'static str {
     match t {
@@ -305,14 +334,10 @@ async fn remove_self(certs: &EtcdCertsSpec) -> Result<u64, Answer> {
         Ok(c) => c,
         Err(_) => client,
     };
-    match tokio::time::timeout(t, remote.member_remove(own)).await {
-        Ok(Ok(_)) => Ok(own),
-        Ok(Err(e)) if is_member_not_found(&e) => Ok(own),
-        Ok(Err(e)) => Err(etcd_error("removing this member", &e)),
-        Err(_) => Err(refuse(
-            "Unavailable",
-            format!("removing this member: no answer within {} s", t.as_secs()),
-        )),
+    match remove_member(&mut remote, own).await {
+        Ok(()) => Ok(own),
+        Err(e) if is_member_not_found(&e) => Ok(own),
+        Err(e) => Err(etcd_error("removing this member", &e)),
     }
 }
 
@@ -338,17 +363,13 @@ async fn try_run(op: &str, member_id: u64, certs: &EtcdCertsSpec) -> Result<Answ
                     format!("etcd member {member_id:016x} not found"),
                 ));
             }
-            match tokio::time::timeout(t, client.member_remove(member_id)).await {
-                Ok(Ok(_)) => Ok(done(format!("etcd member {member_id:016x} removed"))),
-                Ok(Err(e)) if is_member_not_found(&e) => Err(refuse(
+            match remove_member(&mut client, member_id).await {
+                Ok(()) => Ok(done(format!("etcd member {member_id:016x} removed"))),
+                Err(e) if is_member_not_found(&e) => Err(refuse(
                     "NotFound",
                     format!("etcd member {member_id:016x} not found"),
                 )),
-                Ok(Err(e)) => Err(etcd_error("removing the member", &e)),
-                Err(_) => Err(refuse(
-                    "Unavailable",
-                    format!("removing the member: no answer within {} s", t.as_secs()),
-                )),
+                Err(e) => Err(etcd_error("removing the member", &e)),
             }
         }
         "forfeit-leadership" => {

@@ -208,14 +208,22 @@ pub(crate) fn decode_base64(s: &str) -> Option<Vec<u8>> {
 
 /// Checks a Go `time.Duration` string (`1h30m`, `10s`, `500ms`, `0`).
 pub(crate) fn check_go_duration(s: &str) -> Result<(), String> {
+    parse_go_duration(s).map(|_| ())
+}
+
+/// Parses a Go `time.Duration` string (`1h30m`, `8760h`, `1.5s`, `0`); a negative one is
+/// an error here (`-1s` is a valid Go duration but no lifetime).
+pub fn parse_go_duration(s: &str) -> Result<std::time::Duration, String> {
     let err = || format!("{s:?} is not a valid duration (e.g. 1h30m, 10s, 500ms)");
+    let negative = s.starts_with('-');
     let body = s.strip_prefix(['-', '+']).unwrap_or(s);
     if body == "0" {
-        return Ok(());
+        return Ok(std::time::Duration::ZERO);
     }
     if body.is_empty() {
         return Err(err());
     }
+    let mut total = 0f64;
     let mut rest = body;
     while !rest.is_empty() {
         let num_len = rest
@@ -225,15 +233,30 @@ pub(crate) fn check_go_duration(s: &str) -> Result<(), String> {
         if number.is_empty() || number == "." || number.matches('.').count() > 1 {
             return Err(err());
         }
+        let value: f64 = number.parse().map_err(|_| err())?;
         rest = &rest[num_len..];
-        let unit = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
-            .iter()
-            .filter(|u| rest.starts_with(**u))
-            .max_by_key(|u| u.len())
-            .ok_or_else(err)?;
+        let (unit, seconds) = [
+            ("ns", 1e-9),
+            ("us", 1e-6),
+            ("µs", 1e-6),
+            ("μs", 1e-6),
+            ("ms", 1e-3),
+            ("s", 1.0),
+            ("m", 60.0),
+            ("h", 3600.0),
+        ]
+        .into_iter()
+        .filter(|(u, _)| rest.starts_with(*u))
+        .max_by_key(|(u, _)| u.len())
+        .ok_or_else(err)?;
         rest = &rest[unit.len()..];
+        total += value * seconds;
     }
-    Ok(())
+    if negative {
+        // Valid for Go (and for check_go_duration); never a lifetime.
+        return Ok(std::time::Duration::ZERO);
+    }
+    std::time::Duration::try_from_secs_f64(total).map_err(|_| err())
 }
 
 /// Parses a human readable size (`4GB`, `100 MiB`, `1024`) into bytes (go-humanize rules).
@@ -351,6 +374,19 @@ pub(crate) fn check_taint_value(value: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations_parse_as_go_reads_them() {
+        let d = |s| parse_go_duration(s).unwrap().as_secs_f64();
+        assert_eq!(d("8760h"), 8760.0 * 3600.0);
+        assert_eq!(d("1h30m"), 5400.0);
+        assert_eq!(d("1.5s"), 1.5);
+        assert_eq!(d("500ms"), 0.5);
+        assert_eq!(d("0"), 0.0);
+        assert!(parse_go_duration("1y").is_err());
+        assert!(parse_go_duration("h").is_err());
+        assert!(check_go_duration("-1s").is_ok());
+    }
 
     #[test]
     fn cidrs_and_ips() {

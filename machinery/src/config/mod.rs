@@ -27,6 +27,7 @@ mod unapplied;
 pub mod v1alpha1;
 mod validate;
 
+pub use checks::parse_go_duration;
 pub use document::{Config, DocumentId, RawDocument};
 pub use error::{ConfigError, ConfigErrors, Warning};
 pub use patch::{apply_patches, Patch, PatchError, StrategicMergePatch};

@@ -38,7 +38,17 @@ pub struct ClientCertificateRequestSpec {
     pub roles: Vec<String>,
     /// Its validity, in seconds.
     pub ttl_seconds: u64,
+    /// The CA that signs it: [`AUTHORITY_OS`] (empty: the Talos API's, with the roles) or
+    /// [`AUTHORITY_KUBERNETES`] (`talosctl kubeconfig`: the Kubernetes CA, subject `admin` /
+    /// `system:masters`, no roles).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub authority: String,
 }
+
+/// [`ClientCertificateRequestSpec::authority`]: the OS CA (the Talos API).
+pub const AUTHORITY_OS: &str = "";
+/// [`ClientCertificateRequestSpec::authority`]: the Kubernetes CA (an admin kubeconfig).
+pub const AUTHORITY_KUBERNETES: &str = "kubernetes";
 
 impl ResourceSpec for ClientCertificateRequestSpec {
     const TYPE: &'static str = "ClientCertificateRequests.apid.talos.dev";

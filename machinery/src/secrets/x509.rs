@@ -738,6 +738,37 @@ pub fn sign_client_csr(
     })
 }
 
+/// Signs a Kubernetes client certificate for a CSR (`talosctl kubeconfig`'s admin), as
+/// upstream's `kubeconfig.Generate`: the subject is `common_name` and `organization` whatever
+/// the CSR says, key usage digital signature and key encipherment, client auth only, valid
+/// from 10 s before `now` (upstream's allowed skew).
+///
+/// # Errors
+///
+/// As [`sign_client_csr`].
+pub fn sign_kubernetes_client_csr(
+    ca: (&Certificate, &PrivateKey),
+    csr_pem: &[u8],
+    common_name: &str,
+    organization: &str,
+    now: SystemTime,
+    validity: Duration,
+) -> Result<Certificate, SecretsError> {
+    let skew = Duration::from_secs(10);
+    sign_parsed(ca, csr_pem, now - skew, validity + skew, |p| {
+        p.distinguished_name = distinguished_name(&Subject {
+            organizations: vec![organization.to_string()],
+            common_name: Some(common_name.to_string()),
+        });
+        p.subject_alt_names.clear();
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    })
+}
+
 /// Parses and verifies a CSR, lets `shape` say what the certificate holds, and signs it: never
 /// a CA, a fresh serial, valid from `now` for `validity`.
 fn sign_parsed(
