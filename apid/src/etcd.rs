@@ -96,7 +96,10 @@ static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 pub fn answer_timeout(operation: &str) -> std::time::Duration {
     std::time::Duration::from_secs(match operation {
         "defragment" => 90,
-        "leave" => 60,
+        // A removal is retried for 40 s while the cluster settles; a leave then waits for
+        // etcd to stop and its data to go.
+        "leave" => 90,
+        "remove-member" => 60,
         _ => 30,
     })
 }
@@ -150,6 +153,7 @@ pub async fn operation(
         EtcdOperationRequestSpec {
             operation: operation.to_string(),
             member_id,
+            acked: 0,
         },
     )
     .await?;
@@ -222,4 +226,135 @@ mod tests {
         assert_eq!(a[0].member_id, 7);
         assert_eq!(a[0].alarm, 1);
     }
+}
+
+/// How long apid waits for k8sd's next snapshot chunk.
+const CHUNK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Where a snapshot stream stands.
+struct SnapshotStream {
+    request: crate::request::Pending,
+    /// The next chunk expected.
+    next: u64,
+    _permit: tokio::sync::SemaphorePermit<'static>,
+}
+
+impl SnapshotStream {
+    /// The next piece of the snapshot (`None`: it ended).
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, Status> {
+        use base64::Engine as _;
+        let client = self.request.client().clone();
+        let id = self.request.id().to_string();
+        let start = std::time::Instant::now();
+        let mut wait = std::time::Duration::from_millis(1);
+        loop {
+            // A refusal or a failure mid-stream: k8sd's answer.
+            if let Ok(a) = client
+                .get_typed::<EtcdOperationAnswerSpec>(NAMESPACE, &id)
+                .await
+            {
+                status_of(&a.spec)?;
+            }
+            match client
+                .get_typed::<machinery::resources::etcd::EtcdSnapshotChunkSpec>(NAMESPACE, &id)
+                .await
+            {
+                Ok(c) if c.spec.seq == self.next && c.spec.eof => return Ok(None),
+                Ok(c) if c.spec.seq == self.next => {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(c.spec.data.as_bytes())
+                        .map_err(|e| Status::internal(format!("k8sd sent a bad chunk: {e}")))?;
+                    self.request
+                        .update(EtcdOperationRequestSpec {
+                            operation: "snapshot".into(),
+                            member_id: 0,
+                            acked: self.next,
+                        })
+                        .await?;
+                    self.next += 1;
+                    return Ok(Some(bytes));
+                }
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(unavailable(&e)),
+            }
+            if start.elapsed() > CHUNK_TIMEOUT {
+                return Err(Status::deadline_exceeded(format!(
+                    "k8sd sent no snapshot chunk within {} s (is k8sd running? `talosctl service k8sd`)",
+                    CHUNK_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// `EtcdSnapshot`: k8sd streams the local member's snapshot in chunks through stated, one at
+/// a time (apid acknowledges each in its request); each becomes a `common.Data`.
+///
+/// # Errors
+///
+/// As [`operation`], before the first byte; mid-stream errors end the stream with k8sd's
+/// status.
+pub async fn snapshot(
+    client: &cosi::Client,
+) -> Result<
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::common::Data, Status>> + Send>>,
+    Status,
+> {
+    let permit = IN_FLIGHT.try_acquire().map_err(|_| {
+        Status::resource_exhausted("an etcd operation is being answered: try again")
+    })?;
+    match client
+        .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {
+            return Err(Status::failed_precondition(
+                "etcd does not run in maintenance mode: apply a configuration first",
+            ))
+        }
+        Err(e) => return Err(unavailable(&e)),
+    }
+    let request = crate::request::Pending::create(
+        client,
+        OPERATION_OWNER,
+        EtcdOperationRequestSpec {
+            operation: "snapshot".into(),
+            member_id: 0,
+            acked: 0,
+        },
+    )
+    .await?;
+    let mut state = SnapshotStream {
+        request,
+        next: 1,
+        _permit: permit,
+    };
+    // The first chunk (or k8sd's refusal) before the call is answered: a refused snapshot is a
+    // status, not an empty stream.
+    let first = state.next().await?;
+    let stream = futures::stream::unfold(
+        (Some(state), first.map(Ok)),
+        |(state, pending)| async move {
+            let mut state = state?;
+            if let Some(item) = pending {
+                return Some((item, (Some(state), None)));
+            }
+            match state.next().await {
+                Ok(Some(bytes)) => Some((Ok(bytes), (Some(state), None))),
+                Ok(None) => None,
+                Err(s) => Some((Err(s), (None, None))),
+            }
+        },
+    );
+    use futures::StreamExt as _;
+    Ok(Box::pin(stream.map(|r| {
+        r.map(|bytes| proto::common::Data {
+            metadata: None,
+            bytes,
+        })
+    })))
 }

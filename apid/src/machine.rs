@@ -23,7 +23,7 @@ use proto::machine::{
     EtcdForfeitLeadership, EtcdForfeitLeadershipRequest, EtcdForfeitLeadershipResponse,
     EtcdLeaveCluster, EtcdLeaveClusterRequest, EtcdLeaveClusterResponse, EtcdMemberListRequest,
     EtcdMemberListResponse, EtcdRemoveMemberById, EtcdRemoveMemberByIdRequest,
-    EtcdRemoveMemberByIdResponse, EtcdStatusResponse, FeaturesInfo,
+    EtcdRemoveMemberByIdResponse, EtcdSnapshotRequest, EtcdStatusResponse, FeaturesInfo,
     GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname,
     HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
     ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
@@ -466,6 +466,16 @@ impl MachineService for Machine {
     type DmesgStream = Streamed<Data>;
 
     type KubeconfigStream = Streamed<Data>;
+
+    type EtcdSnapshotStream = Streamed<Data>;
+
+    /// The local etcd member's snapshot, streamed by k8sd through stated ([`crate::etcd`]).
+    async fn etcd_snapshot(
+        &self,
+        _: Request<EtcdSnapshotRequest>,
+    ) -> Result<Response<Self::EtcdSnapshotStream>, Status> {
+        Ok(Response::new(crate::etcd::snapshot(&self.client).await?))
+    }
 
     /// An admin kubeconfig (tar.gz of one file `kubeconfig`), its certificate signed by
     /// secretsd with the Kubernetes CA ([`crate::kubeconfig`]).

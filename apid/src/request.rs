@@ -23,6 +23,8 @@ pub struct Pending {
     r#type: &'static str,
     owner: &'static str,
     id: String,
+    /// The stored version (for [`Pending::update`]).
+    version: u64,
 }
 
 impl Pending {
@@ -44,7 +46,7 @@ impl Pending {
         let raw = Resource::<S>::new(NAMESPACE, id.clone(), spec)
             .to_raw()
             .map_err(|e| Status::internal(e.to_string()))?;
-        client
+        let stored = client
             .create(&raw, owner)
             .await
             .map_err(|e| unavailable(&e))?;
@@ -53,7 +55,33 @@ impl Pending {
             r#type: S::TYPE,
             owner,
             id,
+            version: stored.metadata.version,
         })
+    }
+
+    /// Replaces the request's spec (of the type it was created with).
+    ///
+    /// # Errors
+    ///
+    /// `Unavailable` without stated (or when the request is gone); `Internal` for an
+    /// encoding error.
+    pub async fn update<S: ResourceSpec>(&mut self, spec: S) -> Result<(), Status> {
+        let mut raw = Resource::<S>::new(NAMESPACE, self.id.clone(), spec)
+            .to_raw()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        raw.metadata.version = self.version;
+        let stored = self
+            .client
+            .update(&raw, self.owner, None)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        self.version = stored.metadata.version;
+        Ok(())
+    }
+
+    /// stated.
+    pub fn client(&self) -> &cosi::Client {
+        &self.client
     }
 
     /// Its ID.

@@ -531,6 +531,12 @@ pub enum EtcdCommand {
     ForfeitLeadership,
     /// Defragment the node's etcd database (resource-heavy: one node at a time).
     Defrag,
+    /// Save a snapshot of the node's etcd database to FILE (written to FILE.part, then
+    /// renamed): what `bootstrap --recover-from` takes.
+    Snapshot {
+        /// Where to save it.
+        file: std::path::PathBuf,
+    },
     /// etcd's alarms (NOSPACE, CORRUPT).
     #[command(subcommand)]
     Alarm(EtcdAlarmCommand),
@@ -550,6 +556,62 @@ fn parse_member_id(s: &str) -> Result<u64, String> {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).map_err(|e| {
         format!("{s:?} is not a member ID (16 hex digits, as `etcd members` shows): {e}")
     })
+}
+
+/// `talosctl etcd snapshot FILE`: one node; FILE.part while it streams, renamed at the end
+/// (a broken stream leaves no FILE).
+async fn etcd_snapshot(
+    api: &Api,
+    file: &std::path::Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let targets = api.targets();
+    if targets.len() != 1 {
+        anyhow::bail!(
+            "a snapshot comes from one node (-n IP): {} nodes are selected",
+            targets.len()
+        );
+    }
+    let (label, node) = &targets[0];
+    let mut part = file.as_os_str().to_owned();
+    part.push(".part");
+    let part = std::path::PathBuf::from(part);
+    let mut c = client(api)?;
+    let fail = |s: tonic::Status| anyhow::anyhow!("{}", failed(api, label, &s));
+    let mut stream = c
+        .etcd_snapshot(api.for_node(proto::machine::EtcdSnapshotRequest {}, node.as_deref())?)
+        .await
+        .map_err(fail)?
+        .into_inner();
+    let mut f = std::fs::File::create(&part)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", part.display()))?;
+    let mut total = 0u64;
+    let result: anyhow::Result<()> = async {
+        while let Some(d) = stream.message().await.map_err(fail)? {
+            f.write_all(&d.bytes)?;
+            total += d.bytes.len() as u64;
+        }
+        f.sync_all()?;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&part);
+        return Err(e);
+    }
+    std::fs::rename(&part, file).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot rename {} to {}: {e}",
+            part.display(),
+            file.display()
+        )
+    })?;
+    writeln!(
+        out,
+        "etcd snapshot saved to {:?} ({total} bytes)",
+        file.display().to_string()
+    )?;
+    Ok(())
 }
 
 /// The etcd operations that change something: one node after another, a line each.
@@ -625,7 +687,9 @@ async fn etcd_operation(api: &Api, cmd: &EtcdCommand, out: &mut dyn Write) -> an
                     String::new()
                 })
             }
-            EtcdCommand::Members | EtcdCommand::Status => unreachable!("not an operation"),
+            EtcdCommand::Members | EtcdCommand::Status | EtcdCommand::Snapshot { .. } => {
+                unreachable!("not an operation")
+            }
         };
         match result {
             Ok(line) if line.is_empty() => {}
@@ -641,6 +705,9 @@ async fn etcd_operation(api: &Api, cmd: &EtcdCommand, out: &mut dyn Write) -> an
 
 /// `talosctl etcd …`, one node after another.
 pub async fn etcd(api: &Api, cmd: &EtcdCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let EtcdCommand::Snapshot { file } = cmd {
+        return etcd_snapshot(api, file, out).await;
+    }
     if !matches!(cmd, EtcdCommand::Members | EtcdCommand::Status) {
         return etcd_operation(api, cmd, out).await;
     }

@@ -420,6 +420,7 @@ fn three_control_planes_join_as_learners_are_promoted_and_share_the_data() {
         &["etcd", "members"][..],
         &["etcd", "leave"],
         &["etcd", "defrag"],
+        &["etcd", "snapshot", "/tmp/talos-rs-never.db"],
     ] {
         let out = cluster.talosctl(&[&["-n", worker.ip.as_str()][..], op].concat());
         assert!(!out.status.success(), "{op:?}: {}", text(&out));
@@ -476,6 +477,39 @@ fn etcd_operations(
     assert_eq!(alarms.trim().lines().count(), 1, "{alarms}");
     assert!(ok(cps[1], &["etcd", "defrag"]).contains("defragmented"));
     ok(cps[1], &["etcd", "alarm", "disarm"]);
+
+    // snapshot: more than a few chunks (256 KiB each through stated), read back by Debian's
+    // etcdctl; a worker has none to give.
+    let big = "x".repeat(100_000);
+    for i in 0..12 {
+        let out = etcdctl(
+            cluster,
+            cps[0],
+            &["put", &format!("talos-rs/big/{i}"), &big],
+        );
+        assert!(out.status.success(), "put: {}", text(&out));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("db.snapshot");
+    let saved = ok(cps[1], &["etcd", "snapshot", file.to_str().unwrap()]);
+    assert!(saved.contains("etcd snapshot saved to"), "{saved}");
+    let size = std::fs::metadata(&file).unwrap().len();
+    assert!(size > 1_200_000, "{size} bytes");
+    assert!(saved.contains(&format!("({size} bytes)")), "{saved}");
+    assert!(!dir.path().join("db.snapshot.part").exists());
+    let status = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "status", "-w", "json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "etcdctl snapshot status: {}",
+        text(&status)
+    );
+    let st: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(st["totalKey"].as_u64().unwrap() >= 13, "{st}");
 
     // forfeit-leadership: the leader hands it to another voter; a follower has nothing to
     // hand.

@@ -12,6 +12,10 @@
 //! - `forfeit-leadership`: when this member leads, `MoveLeader` to another voting member; the
 //!   answer names it (empty when this member did not lead).
 //! - `defragment`, `alarm-list`, `alarm-disarm` (every raised alarm, the answer lists them).
+//! - `snapshot`: etcd's snapshot stream, passed to apid in chunks (`EtcdSnapshotChunks`, the
+//!   request's ID): chunk `n` is written once apid acknowledged `n - 1` in its request, so
+//!   stated holds one chunk at a time; the answer comes after the last. The controller is busy
+//!   while a snapshot streams (apid runs one etcd operation at a time anyway).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,8 +25,8 @@ use cosi::Resource;
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType, Client};
 use machinery::resources::apid::{EtcdOperationRequestSpec, NAMESPACE as APID};
 use machinery::resources::etcd::{
-    EtcdAlarmInfo, EtcdLeaveSpec, EtcdOperationAnswerSpec, EtcdSpecSpec, ETCD_ID, NAMESPACE,
-    WIPE_SERVICE_ID,
+    EtcdAlarmInfo, EtcdLeaveSpec, EtcdOperationAnswerSpec, EtcdSnapshotChunkSpec, EtcdSpecSpec,
+    ETCD_ID, NAMESPACE, SNAPSHOT_CHUNK, WIPE_SERVICE_ID,
 };
 use machinery::resources::runtime::{ServiceState, ServiceStatusSpec, NAMESPACE as RUNTIME};
 use machinery::resources::secrets::{
@@ -72,30 +76,44 @@ fn is_member_not_found(e: &etcd_client::Error) -> bool {
 
 /// How long a removal is retried while etcd says the cluster is unhealthy (it refuses a
 /// reconfiguration until its leader has been in touch with every member for 5 s, e.g. just
-/// after a leadership change; upstream's leave retries the same error).
-const UNHEALTHY_RETRY: Duration = Duration::from_secs(20);
+/// after a leadership change; upstream's leave retries the same error) or does not answer.
+const REMOVE_DEADLINE: Duration = Duration::from_secs(40);
+/// How long one removal attempt may take (a reconfiguration commits through the quorum).
+const REMOVE_CALL: Duration = Duration::from_secs(10);
 
-/// `MemberRemove(id)`, retried every second while etcd answers "unhealthy cluster".
+/// `MemberRemove(id)`, retried every second while etcd answers "unhealthy cluster" or times
+/// out. A member that is gone after an attempt that timed out was removed by it: `Ok`.
 async fn remove_member(client: &mut Client, id: u64) -> Result<(), etcd_client::Error> {
-    let t = super::join::CALL_TIMEOUT;
     let start = std::time::Instant::now();
+    let mut attempted = false;
     loop {
-        let r = match tokio::time::timeout(t, client.member_remove(id)).await {
+        let r = match tokio::time::timeout(REMOVE_CALL, client.member_remove(id)).await {
             Ok(r) => r.map(|_| ()),
             Err(_) => Err(etcd_client::Error::GRpcStatus(tonic::Status::unavailable(
-                format!("no answer within {} s", t.as_secs()),
+                format!("no answer within {} s", REMOVE_CALL.as_secs()),
             ))),
         };
-        match r {
-            Err(e)
-                if e.to_string().contains("unhealthy cluster")
-                    && start.elapsed() < UNHEALTHY_RETRY =>
-            {
-                tracing::info!(member = %format!("{id:016x}"), "etcd refuses the removal while the cluster settles: retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+        let retry = match &r {
+            Err(e) if attempted && is_member_not_found(e) => return Ok(()),
+            Err(etcd_client::Error::GRpcStatus(s)) => {
+                s.message().contains("unhealthy cluster")
+                    || matches!(
+                        s.code(),
+                        tonic::Code::Unavailable
+                            | tonic::Code::Cancelled
+                            | tonic::Code::DeadlineExceeded
+                    )
             }
-            other => return other,
+            Err(etcd_client::Error::TransportError(_)) => true,
+            Err(_) => false,
+            Ok(()) => false,
+        };
+        if !retry || start.elapsed() >= REMOVE_DEADLINE {
+            return r;
         }
+        attempted = true;
+        tracing::info!(member = %format!("{id:016x}"), error = %r.as_ref().err().map(ToString::to_string).unwrap_or_default(), "etcd has not removed the member yet: retrying");
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -124,15 +142,25 @@ async fn within<T>(
     }
 }
 
+/// How long apid may take to acknowledge a snapshot chunk.
+const ACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long etcd may take to send the next part of its snapshot.
+const SNAPSHOT_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// `etcd.OperationController`.
 pub struct OperationController {
     data_dir: PathBuf,
+    /// The last chunk of each finished snapshot, kept while its request exists.
+    last_chunks: std::collections::BTreeMap<String, EtcdSnapshotChunkSpec>,
 }
 
 impl OperationController {
     /// Operations on the etcd whose data is in `data_dir`.
     pub fn new(data_dir: PathBuf) -> Self {
-        Self { data_dir }
+        Self {
+            data_dir,
+            last_chunks: std::collections::BTreeMap::new(),
+        }
     }
 }
 
@@ -154,6 +182,7 @@ impl Controller for OperationController {
         vec![
             Output::exclusive::<EtcdOperationAnswerSpec>(),
             Output::exclusive::<EtcdLeaveSpec>(),
+            Output::exclusive::<EtcdSnapshotChunkSpec>(),
         ]
     }
 
@@ -208,6 +237,12 @@ impl Controller for OperationController {
                     }
                     Leave::Answer(a) => Some(a),
                 }
+            } else if let Some(certs) = certs.as_ref().filter(|_| op == "snapshot") {
+                let (answer, last) = snapshot(ctx, &id, &certs.spec).await?;
+                if let Some(last) = last {
+                    self.last_chunks.insert(id.clone(), last);
+                }
+                answer
             } else if let Some(certs) = certs.as_ref() {
                 Some(run(op, req.spec.member_id, &certs.spec).await)
             } else {
@@ -228,12 +263,117 @@ impl Controller for OperationController {
         if let Some(l) = leave {
             ctx.apply(l).await?;
         }
+        self.last_chunks
+            .retain(|id, _| requests.iter().any(|r| r.id() == id));
+        for (id, chunk) in &self.last_chunks {
+            ctx.apply(Resource::new(NAMESPACE, id.clone(), chunk.clone()))
+                .await?;
+        }
         ctx.apply_all(answers).await?;
         Ok(if again {
             Action::RequeueAfter(LEAVE_POLL)
         } else {
             Action::AwaitChange
         })
+    }
+}
+
+/// Streams etcd's snapshot to apid for request `id`: the answer (`None` when apid went away:
+/// nothing to answer) and the last chunk written.
+async fn snapshot(
+    ctx: &mut Context,
+    id: &str,
+    certs: &EtcdCertsSpec,
+) -> Result<(Option<Answer>, Option<EtcdSnapshotChunkSpec>), ReconcileError> {
+    use base64::Engine as _;
+    let mut client = match local(certs).await {
+        Ok(c) => c,
+        Err(a) => return Ok((Some(a), None)),
+    };
+    let mut stream = match within(
+        super::join::CALL_TIMEOUT,
+        "etcd snapshot",
+        client.snapshot(),
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(a) => return Ok((Some(a), None)),
+    };
+    let (mut seq, mut total, mut buf, mut eof) = (0u64, 0u64, Vec::new(), false);
+    let mut last = None;
+    while !eof {
+        match tokio::time::timeout(SNAPSHOT_READ_TIMEOUT, stream.message()).await {
+            Ok(Ok(Some(m))) => buf.extend_from_slice(m.blob()),
+            Ok(Ok(None)) => eof = true,
+            Ok(Err(e)) => return Ok((Some(etcd_error("etcd snapshot", &e)), last)),
+            Err(_) => {
+                return Ok((
+                    Some(refuse("Unavailable", "etcd snapshot: etcd stopped sending")),
+                    last,
+                ))
+            }
+        }
+        while buf.len() >= SNAPSHOT_CHUNK || (eof && !buf.is_empty()) {
+            let rest = buf.split_off(buf.len().min(SNAPSHOT_CHUNK));
+            let data = std::mem::replace(&mut buf, rest);
+            total += data.len() as u64;
+            seq += 1;
+            let chunk = EtcdSnapshotChunkSpec {
+                seq,
+                data: base64::engine::general_purpose::STANDARD.encode(&data),
+                eof: false,
+            };
+            ctx.apply(Resource::new(NAMESPACE, id, chunk.clone()))
+                .await?;
+            last = Some(chunk);
+            match acked(ctx, id, seq).await? {
+                Ok(()) => {}
+                Err(None) => return Ok((None, last)),
+                Err(Some(a)) => return Ok((Some(a), last)),
+            }
+        }
+    }
+    let chunk = EtcdSnapshotChunkSpec {
+        seq: seq + 1,
+        data: String::new(),
+        eof: true,
+    };
+    ctx.apply(Resource::new(NAMESPACE, id, chunk.clone()))
+        .await?;
+    tracing::info!(request = %id, bytes = total, "etcd snapshot streamed to apid");
+    Ok((
+        Some(done(format!("snapshot of {total} bytes"))),
+        Some(chunk),
+    ))
+}
+
+/// Waits until apid acknowledged chunk `seq` of request `id`: `Err(None)` when the request
+/// is gone (the caller went away), `Err(Some(answer))` when apid is too slow.
+async fn acked(
+    ctx: &Context,
+    id: &str,
+    seq: u64,
+) -> Result<Result<(), Option<Answer>>, ReconcileError> {
+    let start = std::time::Instant::now();
+    let mut wait = Duration::from_millis(1);
+    loop {
+        match ctx.get::<EtcdOperationRequestSpec>(APID, id).await? {
+            None => return Ok(Err(None)),
+            Some(r) if r.spec.acked >= seq => return Ok(Ok(())),
+            Some(_) => {}
+        }
+        if start.elapsed() > ACK_TIMEOUT {
+            return Ok(Err(Some(refuse(
+                "Unavailable",
+                format!(
+                    "apid did not take snapshot chunk {seq} within {} s",
+                    ACK_TIMEOUT.as_secs()
+                ),
+            ))));
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_millis(20));
     }
 }
 

@@ -82,7 +82,8 @@ impl ResourceSpec for EtcdBootstrapRequestSpec {
 }
 
 /// An etcd operation asked through apid (`EtcdOperationRequests`, a random ID per call):
-/// `remove-member`, `leave`, `forfeit-leadership`, `defragment`, `alarm-list`, `alarm-disarm`.
+/// `remove-member`, `leave`, `forfeit-leadership`, `defragment`, `alarm-list`, `alarm-disarm`,
+/// `snapshot`.
 /// Written by apid, destroyed once k8sd answered in `etcd/EtcdOperationAnswers` (or the call
 /// ended). apid takes one at a time.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +94,14 @@ pub struct EtcdOperationRequestSpec {
     /// The member (`remove-member`).
     #[serde(default)]
     pub member_id: u64,
+    /// `snapshot`: the last chunk (`etcd/EtcdSnapshotChunks`, same ID) apid has passed on;
+    /// k8sd writes the next one only then.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub acked: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ResourceSpec for EtcdOperationRequestSpec {

@@ -341,6 +341,37 @@ impl ResourceSpec for EtcdOperationAnswerSpec {
     }
 }
 
+/// The largest chunk of a snapshot in [`EtcdSnapshotChunkSpec`] (base64 in the spec: well
+/// under stated's 1 MiB per resource).
+pub const SNAPSHOT_CHUNK: usize = 256 * 1024;
+
+/// One chunk of an etcd snapshot on its way to apid (`EtcdSnapshotChunks`, the ID of the
+/// `apid/EtcdOperationRequests` that asked; ours): k8sd reads etcd's snapshot stream and
+/// writes chunk `seq` once apid acknowledged `seq - 1` in its request, so stated holds one
+/// chunk at a time whatever the database's size. The last one has `eof`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdSnapshotChunkSpec {
+    /// 1, 2, …
+    pub seq: u64,
+    /// The bytes, base64 (at most [`SNAPSHOT_CHUNK`] of them).
+    #[serde(default)]
+    pub data: String,
+    /// The snapshot ends here.
+    #[serde(default)]
+    pub eof: bool,
+}
+
+impl ResourceSpec for EtcdSnapshotChunkSpec {
+    const TYPE: &'static str = "EtcdSnapshotChunks.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_columns(&[("Seq", "{.seq}"), ("EOF", "{.eof}")])
+    }
+}
+
 /// This node left the etcd cluster (`EtcdLeaves`, ID `etcd`; ours: upstream stops the etcd
 /// service in place): k8sd removed its member, and etcd stays stopped, with its data removed,
 /// while this resource lives (until the node restarts, as upstream's stopped service).
@@ -378,6 +409,7 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         EtcdBootstrapAnswerSpec::definition(),
         EtcdOperationAnswerSpec::definition(),
         EtcdLeaveSpec::definition(),
+        EtcdSnapshotChunkSpec::definition(),
     ]
 }
 
