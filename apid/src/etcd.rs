@@ -190,44 +190,6 @@ pub async fn forget_stale(client: &cosi::Client) {
     crate::request::forget_stale(client, EtcdOperationRequestSpec::TYPE).await;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn k8sd_codes_become_grpc_codes() {
-        let a = |code: &str| EtcdOperationAnswerSpec {
-            code: code.into(),
-            message: "m".into(),
-            ..Default::default()
-        };
-        assert!(status_of(&a("")).is_ok());
-        for (code, grpc) in [
-            ("NotFound", tonic::Code::NotFound),
-            ("FailedPrecondition", tonic::Code::FailedPrecondition),
-            ("InvalidArgument", tonic::Code::InvalidArgument),
-            ("Unavailable", tonic::Code::Unavailable),
-            ("bogus", tonic::Code::Internal),
-        ] {
-            assert_eq!(status_of(&a(code)).unwrap_err().code(), grpc, "{code}");
-        }
-    }
-
-    #[test]
-    fn alarms_keep_upstreams_numbers() {
-        let answer = EtcdOperationAnswerSpec {
-            alarms: vec![machinery::resources::etcd::EtcdAlarmInfo {
-                member_id: 7,
-                alarm: "NOSPACE".into(),
-            }],
-            ..Default::default()
-        };
-        let a = alarms(&answer);
-        assert_eq!(a[0].member_id, 7);
-        assert_eq!(a[0].alarm, 1);
-    }
-}
-
 /// How long apid waits for k8sd's next snapshot chunk.
 const CHUNK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -357,4 +319,42 @@ pub async fn snapshot(
             bytes,
         })
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k8sd_codes_become_grpc_codes() {
+        let a = |code: &str| EtcdOperationAnswerSpec {
+            code: code.into(),
+            message: "m".into(),
+            ..Default::default()
+        };
+        assert!(status_of(&a("")).is_ok());
+        for (code, grpc) in [
+            ("NotFound", tonic::Code::NotFound),
+            ("FailedPrecondition", tonic::Code::FailedPrecondition),
+            ("InvalidArgument", tonic::Code::InvalidArgument),
+            ("Unavailable", tonic::Code::Unavailable),
+            ("bogus", tonic::Code::Internal),
+        ] {
+            assert_eq!(status_of(&a(code)).unwrap_err().code(), grpc, "{code}");
+        }
+    }
+
+    #[test]
+    fn alarms_keep_upstreams_numbers() {
+        let answer = EtcdOperationAnswerSpec {
+            alarms: vec![machinery::resources::etcd::EtcdAlarmInfo {
+                member_id: 7,
+                alarm: "NOSPACE".into(),
+            }],
+            ..Default::default()
+        };
+        let a = alarms(&answer);
+        assert_eq!(a[0].member_id, 7);
+        assert_eq!(a[0].alarm, 1);
+    }
 }
