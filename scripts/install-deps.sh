@@ -23,7 +23,7 @@ packages=(
   protobuf-compiler  # protoc: the etcd-client crate (k8sd's etcd client) compiles etcd's protos
   libprotobuf-dev    # ... which import protobuf's well-known types (descriptor.proto)
   etcd-server   # etcd: the image carries Debian's binary, k8sd asks init to run it on control planes
-  etcd-client   # etcdctl: the etcd tests check the node's etcd with a client that is not ours
+  etcd-client   # etcdctl: in the image (snapshot restore on --recover-from); the tests use it too
 )
 
 missing=()

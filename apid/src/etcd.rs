@@ -321,6 +321,112 @@ pub async fn snapshot(
     })))
 }
 
+/// The owner of the upload chunks apid writes.
+const RECOVER_OWNER: &str = "apid.EtcdRecover";
+
+/// `EtcdRecover`: the uploaded snapshot goes to k8sd through stated one chunk at a time (256
+/// KiB, `apid/EtcdRecoverChunks`; k8sd acknowledges each in `etcd/EtcdRecoverAcks` once it is
+/// on disk), so neither apid nor stated holds more than a chunk whatever the upload's size;
+/// k8sd keeps the file for `Bootstrap{recover_etcd}`.
+///
+/// # Errors
+///
+/// `FailedPrecondition` in maintenance, on a node without etcd, or when k8sd refuses the
+/// upload (too large, out of order, a write error); `ResourceExhausted` while another etcd
+/// operation runs; `DeadlineExceeded` when the client or k8sd stalls.
+pub async fn recover(
+    client: &cosi::Client,
+    mut upload: tonic::Streaming<proto::common::Data>,
+) -> Result<u64, Status> {
+    use base64::Engine as _;
+    use machinery::resources::apid::EtcdRecoverChunkSpec;
+    use machinery::resources::etcd::{EtcdRecoverAckSpec, EtcdSpecSpec, MAX_RECOVER_BYTES};
+    let _permit = IN_FLIGHT.try_acquire().map_err(|_| {
+        Status::resource_exhausted("an etcd operation is being answered: try again")
+    })?;
+    match client.get_typed::<EtcdSpecSpec>(NAMESPACE, ETCD_ID).await {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {
+            return Err(Status::failed_precondition(
+                "etcd does not run on this node (a worker, maintenance, or no cluster.etcd.ca)",
+            ))
+        }
+        Err(e) => return Err(unavailable(&e)),
+    }
+    let chunk_size = machinery::resources::etcd::SNAPSHOT_CHUNK;
+    let (mut buf, mut seq, mut total, mut eof) = (Vec::new(), 0u64, 0u64, false);
+    let mut request: Option<crate::request::Pending> = None;
+    while !eof {
+        match tokio::time::timeout(CHUNK_TIMEOUT, upload.message()).await {
+            Err(_) => {
+                return Err(Status::deadline_exceeded(format!(
+                    "the upload stalled for {} s",
+                    CHUNK_TIMEOUT.as_secs()
+                )))
+            }
+            Ok(Err(s)) => return Err(s),
+            Ok(Ok(Some(d))) => {
+                total += d.bytes.len() as u64;
+                if total > MAX_RECOVER_BYTES {
+                    return Err(Status::failed_precondition(format!(
+                        "the snapshot is larger than {} GiB",
+                        MAX_RECOVER_BYTES >> 30
+                    )));
+                }
+                buf.extend_from_slice(&d.bytes);
+            }
+            Ok(Ok(None)) => eof = true,
+        }
+        while buf.len() >= chunk_size || eof {
+            let rest = buf.split_off(buf.len().min(chunk_size));
+            let data = std::mem::replace(&mut buf, rest);
+            let last = eof && buf.is_empty();
+            seq += 1;
+            let spec = EtcdRecoverChunkSpec {
+                seq,
+                data: base64::engine::general_purpose::STANDARD.encode(&data),
+                eof: last,
+            };
+            match request.as_mut() {
+                None => {
+                    request =
+                        Some(crate::request::Pending::create(client, RECOVER_OWNER, spec).await?)
+                }
+                Some(r) => r.update(spec).await?,
+            }
+            let Some(r) = request.as_ref() else {
+                return Err(Status::internal("no upload"));
+            };
+            let ack = r
+                .answer_polled::<EtcdRecoverAckSpec>(
+                    NAMESPACE,
+                    CHUNK_TIMEOUT,
+                    "k8sd did not take the snapshot chunk (is k8sd running? `talosctl service k8sd`)",
+                    |a| !a.error.is_empty() || (a.acked >= seq && (!last || a.done)),
+                    std::time::Duration::from_millis(20),
+                )
+                .await?;
+            if !ack.error.is_empty() {
+                return Err(Status::failed_precondition(format!(
+                    "k8sd refused the upload: {}",
+                    ack.error
+                )));
+            }
+            if last {
+                tracing::info!(bytes = ack.size, "etcd snapshot uploaded for a recovery");
+                return Ok(ack.size);
+            }
+        }
+    }
+    Err(Status::internal("the upload ended without its last chunk"))
+}
+
+/// Destroys the upload chunks a previous apid left (it was killed mid-upload).
+pub async fn forget_stale_uploads(client: &cosi::Client) {
+    use machinery::resources::apid::EtcdRecoverChunkSpec;
+    crate::request::forget_stale(client, EtcdRecoverChunkSpec::TYPE).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,14 +22,15 @@ use proto::machine::{
     EtcdAlarmDisarmResponse, EtcdAlarmListResponse, EtcdDefragment, EtcdDefragmentResponse,
     EtcdForfeitLeadership, EtcdForfeitLeadershipRequest, EtcdForfeitLeadershipResponse,
     EtcdLeaveCluster, EtcdLeaveClusterRequest, EtcdLeaveClusterResponse, EtcdMemberListRequest,
-    EtcdMemberListResponse, EtcdRemoveMemberById, EtcdRemoveMemberByIdRequest,
-    EtcdRemoveMemberByIdResponse, EtcdSnapshotRequest, EtcdStatusResponse, FeaturesInfo,
-    GenerateClientConfigurationRequest, GenerateClientConfigurationResponse, Hostname,
-    HostnameResponse, LogsRequest, PlatformInfo, Reboot, RebootRequest, RebootResponse,
-    ServiceHealth, ServiceInfo, ServiceList, ServiceListResponse, ServiceRestart,
-    ServiceRestartRequest, ServiceRestartResponse, ServiceStart, ServiceStartRequest,
-    ServiceStartResponse, ServiceStop, ServiceStopRequest, ServiceStopResponse, Shutdown,
-    ShutdownRequest, ShutdownResponse, Version, VersionInfo, VersionResponse,
+    EtcdMemberListResponse, EtcdRecover, EtcdRecoverResponse, EtcdRemoveMemberById,
+    EtcdRemoveMemberByIdRequest, EtcdRemoveMemberByIdResponse, EtcdSnapshotRequest,
+    EtcdStatusResponse, FeaturesInfo, GenerateClientConfigurationRequest,
+    GenerateClientConfigurationResponse, Hostname, HostnameResponse, LogsRequest, PlatformInfo,
+    Reboot, RebootRequest, RebootResponse, ServiceHealth, ServiceInfo, ServiceList,
+    ServiceListResponse, ServiceRestart, ServiceRestartRequest, ServiceRestartResponse,
+    ServiceStart, ServiceStartRequest, ServiceStartResponse, ServiceStop, ServiceStopRequest,
+    ServiceStopResponse, Shutdown, ShutdownRequest, ShutdownResponse, Version, VersionInfo,
+    VersionResponse,
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -468,6 +469,18 @@ impl MachineService for Machine {
     type KubeconfigStream = Streamed<Data>;
 
     type EtcdSnapshotStream = Streamed<Data>;
+
+    /// A snapshot uploaded for `Bootstrap{recover_etcd}`: passed to k8sd through stated
+    /// ([`crate::etcd::recover`]).
+    async fn etcd_recover(
+        &self,
+        req: Request<tonic::Streaming<Data>>,
+    ) -> Result<Response<EtcdRecoverResponse>, Status> {
+        crate::etcd::recover(&self.client, req.into_inner()).await?;
+        Ok(Response::new(EtcdRecoverResponse {
+            messages: vec![EtcdRecover { metadata: None }],
+        }))
+    }
 
     /// The local etcd member's snapshot, streamed by k8sd through stated ([`crate::etcd`]).
     async fn etcd_snapshot(

@@ -102,8 +102,26 @@ impl Pending {
         late: &str,
         fits: impl Fn(&A) -> bool,
     ) -> Result<A, Status> {
+        self.answer_polled(namespace, timeout, late, fits, Duration::from_millis(200))
+            .await
+    }
+
+    /// [`Pending::answer`], polled from 1 ms up to `cap` (an upload waits for each chunk's
+    /// acknowledgement: a short cap keeps it going).
+    ///
+    /// # Errors
+    ///
+    /// As [`Pending::answer`].
+    pub async fn answer_polled<A: ResourceSpec>(
+        &self,
+        namespace: &str,
+        timeout: Duration,
+        late: &str,
+        fits: impl Fn(&A) -> bool,
+        cap: Duration,
+    ) -> Result<A, Status> {
         let poll = async {
-            let mut wait = Duration::from_millis(10);
+            let mut wait = Duration::from_millis(1).min(cap);
             loop {
                 match self.client.get_typed::<A>(namespace, &self.id).await {
                     Ok(a) if fits(&a.spec) => return Ok(a.spec),
@@ -112,7 +130,7 @@ impl Pending {
                     Err(e) => return Err(unavailable(&e)),
                 }
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_millis(200));
+                wait = (wait * 2).min(cap);
             }
         };
         tokio::time::timeout(timeout, poll).await.map_err(|_| {

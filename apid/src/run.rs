@@ -104,6 +104,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
     crate::client_config::forget_stale(&client).await;
     crate::bootstrap::forget_stale(&client).await;
     crate::etcd::forget_stale(&client).await;
+    crate::etcd::forget_stale_uploads(&client).await;
     ready();
     tracing::info!("stated answered: apid is ready");
     let runtime =

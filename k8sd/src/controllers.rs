@@ -21,6 +21,9 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
     r.register(etcd::pki::PkiController::new(options.etcd.pki_dir.clone()))?;
     r.register(etcd::service::ServiceController::new(options.etcd.clone()))?;
     r.register(etcd::health::HealthController::default())?;
+    r.register(etcd::recover::RecoverController::new(
+        options.etcd.recover_dir.clone(),
+    ))?;
     r.register(etcd::operation::OperationController::new(
         options.etcd.data_dir.clone(),
     ))?;

@@ -35,6 +35,16 @@ struct Args {
     /// Not the daemon: remove every entry of DIR and exit (what the `etcd-wipe` service runs).
     #[arg(long, value_name = "DIR")]
     wipe_contents: Option<PathBuf>,
+    /// Not the daemon: move DIR/member up into DIR's parent, remove DIR and exit (what the
+    /// `etcd-restore-adopt` service runs after a snapshot restore).
+    #[arg(long, value_name = "DIR", conflicts_with = "wipe_contents")]
+    adopt_restored: Option<PathBuf>,
+    /// etcdctl on the node: the `etcd-restore` service runs its `snapshot restore`.
+    #[arg(long, default_value = "/usr/bin/etcdctl")]
+    etcdctl: PathBuf,
+    /// Where an uploaded snapshot (`talosctl bootstrap --recover-from`) is kept.
+    #[arg(long, default_value = "/var/lib/etcd-recover")]
+    etcd_recover_dir: PathBuf,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -46,6 +56,21 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dir) = args.adopt_restored {
+        return match k8sd::wipe::adopt_restored(&dir) {
+            Ok(()) => {
+                eprintln!("k8sd: the member restored in {} is in place", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "k8sd: cannot adopt the member restored in {}: {e}",
+                    dir.display()
+                );
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(dir) = args.wipe_contents {
         return match k8sd::wipe::contents(&dir) {
             Ok(n) => {
@@ -75,6 +100,8 @@ fn main() -> ExitCode {
                 pki_dir: args.etcd_pki_dir,
                 uid: args.etcd_uid,
                 wipe_binary: args.wipe_binary,
+                etcdctl: args.etcdctl,
+                recover_dir: args.etcd_recover_dir,
                 ..Default::default()
             },
         },

@@ -311,11 +311,18 @@ ETCD = STARTUP + GO_CGO + ETCD_DATA + [
 # directory. No network: the only socket is the journald probe's.
 ETCDCTL = STARTUP + GO_CGO + ETCD_DATA + [
     call("copy_file_range", "the snapshot is copied into the new data directory's db"),
+    # Found on a node (not in measure-etcd.sh, whose uid had a passwd entry): etcdctl looks its
+    # uid up (cgo getpwuid_r), and glibc's NSS first asks nscd on its UNIX stream socket
+    # (ENOENT: no nscd on a node). Landlock gives the restore no TCP port.
+    call("socket", "glibc NSS's nscd probe: a UNIX stream socket",
+         [arg_eq(0, AF_UNIX, "AF_UNIX"), arg_masked(1, SOCK_TYPE_MASK, SOCK_STREAM, "SOCK_STREAM")]),
+    call("connect", "the nscd probe (/var/run/nscd/socket: absent on a node)"),
 ]
 
 here = os.path.dirname(os.path.abspath(__file__))
-# `k8sd --wipe-contents DIR` (the one-shot etcd-wipe service after `talosctl etcd leave`):
-# measured with strace -f -c on a data directory with nested files and a symbolic link.
+# `k8sd --wipe-contents DIR` (the one-shot etcd-wipe service after `talosctl etcd leave`) and
+# `k8sd --adopt-restored DIR` (etcd-restore-adopt, after a snapshot restore): measured with
+# strace -f -c on a data directory with nested files and a symbolic link, and on a restore.
 WIPE = STARTUP + [
     call("write", "its one line on stderr"), call("sigaltstack", "std's stack-overflow guard"),
     call("rt_sigaction"), call("rt_sigprocmask"), call("rt_sigreturn"),
@@ -323,6 +330,9 @@ WIPE = STARTUP + [
     call("sched_getaffinity"), call("gettid"), call("futex"), call("madvise"), call("mremap"),
     call("getdents64", "listing the directories"), call("statx"),
     call("unlink", "files (remove_file)"), call("unlinkat", "remove_dir_all: entries and directories"),
+    call("rename", "the restored member moved into the data directory"),
+    call("renameat"), call("renameat2", "what glibc's rename may use instead"),
+    call("fsync", "the data directory after the move"),
 ]
 for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("blockd", BLOCKD), ("mkfs", MKFS), ("trustd", TRUSTD), ("apid", APID), ("k8sd", K8SD), ("service", SERVICE), ("testd", TESTD), ("etcd", ETCD), ("etcdctl", ETCDCTL), ("wipe", WIPE)]:
     path = os.path.join(here, "x86_64", f"{name}.json")

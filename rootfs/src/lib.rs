@@ -249,13 +249,14 @@ pub struct Inputs {
     pub kernel: Option<PathBuf>,
     /// Programs of the build machine the image carries in `/usr/bin` with their libraries
     /// ([`TOOLS`]: mkfs.xfs, which blockd asks init to run to format a system volume; etcd,
-    /// which k8sd asks init to run on control planes).
+    /// which k8sd asks init to run on control planes; etcdctl, whose `snapshot restore` k8sd
+    /// asks for on `bootstrap --recover-from`).
     pub tools: Vec<PathBuf>,
 }
 
-/// The build machine's programs every image carries (Debian's xfsprogs and etcd-server:
-/// `install-deps.sh`).
-pub const TOOLS: &[&str] = &["/usr/sbin/mkfs.xfs", "/usr/bin/etcd"];
+/// The build machine's programs every image carries (Debian's xfsprogs, etcd-server and
+/// etcd-client: `install-deps.sh`).
+pub const TOOLS: &[&str] = &["/usr/sbin/mkfs.xfs", "/usr/bin/etcd", "/usr/bin/etcdctl"];
 
 impl Inputs {
     /// The image's programs from `bin_dir`, with this workspace's manifest and profiles.

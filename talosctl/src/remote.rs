@@ -465,8 +465,10 @@ mod tests {
 /// `talosctl bootstrap`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BootstrapArgs {
-    /// Recover etcd from this snapshot (`talosctl etcd snapshot`) instead of starting an empty
-    /// cluster: not supported by talos-rs yet (refused before anything is sent).
+    /// Recover etcd from this snapshot (`talosctl etcd snapshot`, or a copied `member/snap/db`
+    /// with --recover-skip-hash-check) instead of starting an empty cluster: it is uploaded
+    /// (EtcdRecover), restored on the node as a one-member cluster, and the other control
+    /// planes join it.
     #[arg(long, value_name = "FILE")]
     pub recover_from: Option<std::path::PathBuf>,
     /// With --recover-from: skip the snapshot's hash check (a copied `member/snap/db`).
@@ -477,12 +479,6 @@ pub struct BootstrapArgs {
 /// `talosctl bootstrap`: one control plane node starts a new etcd cluster of itself; the
 /// others join it. Refused on a node that holds etcd data already (AlreadyExists).
 pub async fn bootstrap(api: &Api, args: &BootstrapArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    if let Some(f) = &args.recover_from {
-        anyhow::bail!(
-            "--recover-from {}: recovering etcd from a snapshot is not supported by talos-rs yet",
-            f.display()
-        );
-    }
     let targets = api.targets();
     if targets.len() != 1 {
         anyhow::bail!(
@@ -493,11 +489,43 @@ pub async fn bootstrap(api: &Api, args: &BootstrapArgs, out: &mut dyn Write) -> 
     let mut c = client(api)?;
     let mut errors = Vec::new();
     for (label, node) in targets {
+        if let Some(file) = &args.recover_from {
+            // The snapshot first (EtcdRecover, a client stream of 1 MiB pieces), as upstream.
+            let f = std::fs::File::open(file)
+                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", file.display()))?;
+            let pieces = futures::stream::unfold(Some(f), |f| async move {
+                use std::io::Read as _;
+                let mut f = f?;
+                let mut buf = vec![0u8; 1024 * 1024];
+                match f.read(&mut buf) {
+                    Ok(0) | Err(_) => None,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Some((
+                            proto::common::Data {
+                                metadata: None,
+                                bytes: buf,
+                            },
+                            Some(f),
+                        ))
+                    }
+                }
+            });
+            if let Err(s) = c.etcd_recover(api.for_node(pieces, node.as_deref())?).await {
+                errors.push(failed(api, &label, &s));
+                continue;
+            }
+            writeln!(out, "{label}: snapshot {} uploaded", file.display())?;
+        }
         let req = proto::machine::BootstrapRequest {
-            recover_etcd: false,
+            recover_etcd: args.recover_from.is_some(),
             recover_skip_hash_check: args.recover_skip_hash_check,
         };
         match c.bootstrap(api.for_node(req, node.as_deref())?).await {
+            Ok(_) if args.recover_from.is_some() => writeln!(
+                out,
+                "{label}: bootstrap accepted: etcd restores the snapshot and starts a new cluster of this member"
+            )?,
             Ok(_) => writeln!(
                 out,
                 "{label}: bootstrap accepted: etcd starts a new cluster"

@@ -691,3 +691,97 @@ fn kubeconfig(cluster: &Cluster, cp: &NodeInfo, worker: &NodeInfo) {
         text(&out)
     );
 }
+
+#[test]
+fn a_snapshot_recovers_etcd_on_a_fresh_cluster() {
+    require_root!();
+    let _one = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let rt = rt();
+    let _rt = rt.enter();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("db.snapshot");
+    let healthy = |cluster: &Cluster, cp: &NodeInfo| {
+        wait(Duration::from_secs(90), "etcd healthy", || {
+            let s = etcd_status(&rt, cluster, cp)?;
+            s.healthy.then_some(s.clone()).ok_or(format!("{s:?}"))
+        })
+    };
+
+    // A cluster with data, and its snapshot.
+    let mut first = Cluster::builder().controlplanes(1).workers(0).create();
+    let cp = first.nodes()[0].clone();
+    let out = first.talosctl(&["-n", &cp.ip, "bootstrap"]);
+    assert!(out.status.success(), "bootstrap: {}", text(&out));
+    healthy(&first, &cp);
+    let out = etcdctl(&first, &cp, &["put", "talos-rs/recovered", "yes"]);
+    assert!(out.status.success(), "put: {}", text(&out));
+    let out = first.talosctl(&["-n", &cp.ip, "etcd", "snapshot", file.to_str().unwrap()]);
+    assert!(out.status.success(), "snapshot: {}", text(&out));
+    let out = first.destroy();
+    assert!(out.status.success(), "destroy: {}", text(&out));
+
+    // A fresh cluster recovers from it: uploaded, restored by etcdctl under etcd's uid, the
+    // member moved into place, etcd resumes from it as a one-member cluster of this node.
+    let mut second = Cluster::builder().controlplanes(1).workers(0).create();
+    let cp = second.nodes()[0].clone();
+    wait(Duration::from_secs(60), "etcd waits", || {
+        let s = etcd_status(&rt, &second, &cp)?;
+        (s.phase == "waiting").then_some(()).ok_or(format!("{s:?}"))
+    });
+    let out = second.talosctl(&[
+        "-n",
+        &cp.ip,
+        "bootstrap",
+        "--recover-from",
+        file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "bootstrap --recover-from: {}",
+        text(&out)
+    );
+    assert!(text(&out).contains("uploaded"), "{}", text(&out));
+    let s = healthy(&second, &cp);
+    assert_eq!(s.start, "resume", "{s:?}");
+    let out = etcdctl(
+        &second,
+        &cp,
+        &["get", "talos-rs/recovered", "--print-value-only"],
+    );
+    assert!(out.status.success(), "get: {}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes");
+    let m = members(&second, &cp).unwrap();
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert_eq!(m[0].0, cp.name);
+    assert_eq!(m[0].1, s.member_id);
+    // The uploaded file is gone once restored; the one-shot services are too.
+    let recover_dir = format!("/proc/{}/root/var/lib/etcd-recover", cp.init_pid.unwrap());
+    assert_eq!(
+        std::fs::read_dir(&recover_dir).unwrap().count(),
+        0,
+        "{recover_dir} is not empty"
+    );
+    wait(
+        Duration::from_secs(30),
+        "the restore services removed",
+        || {
+            let specs = rt
+                .block_on(second.state(&cp).list_typed::<ServiceSpecSpec>("etcd"))
+                .map_err(|e| e.to_string())?;
+            let ids: Vec<String> = specs.iter().map(|s| s.id().to_string()).collect();
+            (ids == ["etcd"]).then_some(()).ok_or(format!("{ids:?}"))
+        },
+    );
+    // Recovering again: the data directory is not empty.
+    let out = second.talosctl(&[
+        "-n",
+        &cp.ip,
+        "bootstrap",
+        "--recover-from",
+        file.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("not empty"), "{}", text(&out));
+    let out = second.destroy();
+    assert!(out.status.success(), "destroy: {}", text(&out));
+}

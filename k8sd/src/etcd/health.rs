@@ -167,6 +167,8 @@ impl Controller for HealthController {
             let bootstrap = ctx.get::<EtcdBootstrapSpec>(NAMESPACE, ETCD_ID).await?;
             out.message = if !pki.is_some_and(|p| p.spec.ready) {
                 "waiting for etcd's certificates".into()
+            } else if bootstrap.as_ref().is_some_and(|b| b.spec.recover) {
+                "recovery accepted: restoring the uploaded snapshot (services etcd-restore, then etcd-restore-adopt; `talosctl logs etcd-restore`)".into()
             } else if bootstrap.is_some() {
                 "bootstrap accepted; waiting for etcd's arguments (see k8sd's log)".into()
             } else {

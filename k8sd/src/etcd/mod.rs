@@ -7,6 +7,7 @@ pub mod health;
 pub mod join;
 pub mod operation;
 pub mod pki;
+pub mod recover;
 pub mod service;
 
 use cosi::runtime::{Context, ReconcileError};

@@ -27,10 +27,11 @@ use machinery::resources::apid::{EtcdBootstrapRequestSpec, NAMESPACE as APID};
 use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
 use machinery::resources::etcd::{
     EtcdBootstrapAnswerSpec, EtcdBootstrapSpec, EtcdConfigSpec, EtcdLeaveSpec, EtcdSpecSpec,
-    PkiStatusSpec, CLIENT_PORT, ETCD_ID, NAMESPACE, PEER_PORT, SERVICE_ID, WIPE_SERVICE_ID,
+    PkiStatusSpec, ADOPT_SERVICE_ID, CLIENT_PORT, ETCD_ID, NAMESPACE, PEER_PORT, RECOVER_SNAPSHOT,
+    RESTORE_DIR, RESTORE_SERVICE_ID, SERVICE_ID, WIPE_SERVICE_ID,
 };
 use machinery::resources::runtime::{
-    ServicePath, ServiceSpecSpec, ServiceStatusSpec, NAMESPACE as RUNTIME,
+    ServicePath, ServiceSpecSpec, ServiceState, ServiceStatusSpec, NAMESPACE as RUNTIME,
 };
 use machinery::resources::secrets::{
     EtcdCertsSpec, ETCD_ID as SECRETS_ETCD_ID, NAMESPACE as SECRETS,
@@ -53,8 +54,13 @@ pub struct EtcdOptions {
     pub libs: Vec<PathBuf>,
     /// The seccomp profile.
     pub seccomp: String,
-    /// k8sd's own program: the one-shot `etcd-wipe` service runs it with `--wipe-contents`.
+    /// k8sd's own program: the one-shot `etcd-wipe` service runs it with `--wipe-contents`,
+    /// `etcd-restore-adopt` with `--adopt-restored`.
     pub wipe_binary: PathBuf,
+    /// etcdctl: the one-shot `etcd-restore` runs its `snapshot restore`.
+    pub etcdctl: PathBuf,
+    /// Where an uploaded snapshot is kept (`/var/lib/etcd-recover`).
+    pub recover_dir: PathBuf,
 }
 
 impl Default for EtcdOptions {
@@ -67,6 +73,8 @@ impl Default for EtcdOptions {
             libs: vec!["/usr/lib".into(), "/lib64".into()],
             seccomp: "etcd".into(),
             wipe_binary: "/usr/bin/k8sd".into(),
+            etcdctl: "/usr/bin/etcdctl".into(),
+            recover_dir: "/var/lib/etcd-recover".into(),
         }
     }
 }
@@ -111,31 +119,105 @@ pub fn service_spec(options: &EtcdOptions, args: Vec<String>) -> ServiceSpecSpec
 /// `--wipe-contents`, under etcd's uid (its files are etcd's 0700), landlock on the data
 /// directory only, no network, seccomp `wipe`.
 pub fn wipe_spec(options: &EtcdOptions) -> ServiceSpecSpec {
+    one_shot(
+        options,
+        &options.wipe_binary,
+        vec![
+            "--wipe-contents".to_string(),
+            options.data_dir.display().to_string(),
+        ],
+        &[(&options.data_dir, "read-write")],
+        "wipe",
+    )
+}
+
+/// A one-shot service of `binary` under etcd's uid, no network, no capability, with these
+/// landlock rules (plus the shared libraries).
+fn one_shot(
+    options: &EtcdOptions,
+    binary: &Path,
+    args: Vec<String>,
+    paths: &[(&Path, &str)],
+    seccomp: &str,
+) -> ServiceSpecSpec {
     let path = |p: &Path, access: &str| ServicePath {
         path: p.display().to_string(),
         access: access.to_string(),
     };
-    let mut paths = vec![
-        path(&options.wipe_binary, "exec"),
-        path(&options.data_dir, "read-write"),
-    ];
-    paths.extend(options.libs.iter().map(|l| path(l, "exec")));
+    let mut all = vec![path(binary, "exec")];
+    all.extend(paths.iter().map(|(p, a)| path(p, a)));
+    all.extend(options.libs.iter().map(|l| path(l, "exec")));
     ServiceSpecSpec {
-        binary: options.wipe_binary.display().to_string(),
-        args: vec![
-            "--wipe-contents".to_string(),
-            options.data_dir.display().to_string(),
-        ],
+        binary: binary.display().to_string(),
+        args,
         env: std::collections::BTreeMap::new(),
         uid: options.uid,
         gid: options.uid,
         capabilities: Vec::new(),
-        paths,
+        paths: all,
         bind_tcp: Vec::new(),
         connect_tcp: Vec::new(),
-        seccomp_profile: "wipe".to_string(),
+        seccomp_profile: seccomp.to_string(),
         restart: false,
     }
+}
+
+/// `etcd-restore`: `etcdctl snapshot restore` of the uploaded snapshot into `.restore` as a
+/// one-member cluster of this node (upstream's `Restore{Name, PeerURLs, InitialCluster}`),
+/// etcd's uid, seccomp `etcdctl`; it reads the snapshot and writes only the data directory.
+pub fn restore_spec(
+    options: &EtcdOptions,
+    name: &str,
+    peer: &str,
+    skip_hash_check: bool,
+) -> ServiceSpecSpec {
+    let mut args = vec![
+        "snapshot".to_string(),
+        "restore".to_string(),
+        options
+            .recover_dir
+            .join(RECOVER_SNAPSHOT)
+            .display()
+            .to_string(),
+        format!("--name={name}"),
+        format!("--initial-cluster={name}={peer}"),
+        format!("--initial-advertise-peer-urls={peer}"),
+        format!(
+            "--data-dir={}",
+            options.data_dir.join(RESTORE_DIR).display()
+        ),
+    ];
+    if skip_hash_check {
+        args.push("--skip-hash-check".to_string());
+    }
+    let mut spec = one_shot(
+        options,
+        &options.etcdctl,
+        args,
+        &[
+            (&options.data_dir, "read-write"),
+            (&options.recover_dir, "read-only"),
+        ],
+        "etcdctl",
+    );
+    // etcdctl 2/3 is chosen by this variable in 3.4.
+    spec.env.insert("ETCDCTL_API".to_string(), "3".to_string());
+    spec
+}
+
+/// `etcd-restore-adopt`: k8sd's program with `--adopt-restored`, under etcd's uid (the restored
+/// files are etcd's 0700), moves `.restore/member` into the data directory.
+pub fn adopt_spec(options: &EtcdOptions) -> ServiceSpecSpec {
+    one_shot(
+        options,
+        &options.wipe_binary,
+        vec![
+            "--adopt-restored".to_string(),
+            options.data_dir.join(RESTORE_DIR).display().to_string(),
+        ],
+        &[(&options.data_dir, "read-write")],
+        "wipe",
+    )
 }
 
 /// How often a join is tried while no member answers (upstream: every 3 s).
@@ -223,6 +305,8 @@ impl Controller for ServiceController {
             Input::weak::<EtcdCertsSpec>(SECRETS).with_id(SECRETS_ETCD_ID),
             Input::weak::<EtcdLeaveSpec>(NAMESPACE).with_id(ETCD_ID),
             Input::weak::<ServiceStatusSpec>(RUNTIME).with_id(SERVICE_ID),
+            Input::weak::<ServiceStatusSpec>(RUNTIME).with_id(RESTORE_SERVICE_ID),
+            Input::weak::<ServiceStatusSpec>(RUNTIME).with_id(ADOPT_SERVICE_ID),
         ]
     }
 
@@ -269,10 +353,12 @@ impl Controller for ServiceController {
                     "this node left the etcd cluster: etcd stays stopped until the node restarts"
                         .to_string(),
                 )
-            } else if req.spec.recover_etcd {
+            } else if req.spec.recover_etcd
+                && !self.options.recover_dir.join(RECOVER_SNAPSHOT).exists()
+            {
                 (
-                    "Unimplemented",
-                    "recovering etcd from a snapshot is not supported by talos-rs yet".to_string(),
+                    "FailedPrecondition",
+                    "no etcd snapshot was uploaded to this node: `talosctl bootstrap --recover-from FILE` uploads one (EtcdRecover) first".to_string(),
                 )
             } else if data {
                 (
@@ -293,9 +379,11 @@ impl Controller for ServiceController {
                     ETCD_ID,
                     EtcdBootstrapSpec {
                         request: id.to_string(),
+                        recover: req.spec.recover_etcd,
+                        skip_hash_check: req.spec.recover_skip_hash_check,
                     },
                 ));
-                tracing::info!(request = %id, "etcd bootstrap accepted");
+                tracing::info!(request = %id, recover = req.spec.recover_etcd, "etcd bootstrap accepted");
                 (
                     "",
                     "etcd will start as a new cluster of this member".to_string(),
@@ -348,6 +436,11 @@ impl Controller for ServiceController {
             super::keep::<ServiceSpecSpec>(ctx, NAMESPACE, SERVICE_ID).await?;
             return Ok(Action::AwaitChange);
         };
+        if let Some(b) = bootstrap.as_ref().filter(|b| b.spec.recover) {
+            if !self.restored(ctx, &spec.spec, &b.spec).await? {
+                return Ok(Action::AwaitChange);
+            }
+        }
         let stored = ctx
             .get::<ServiceSpecSpec>(NAMESPACE, SERVICE_ID)
             .await?
@@ -407,6 +500,51 @@ impl Controller for ServiceController {
 }
 
 impl ServiceController {
+    /// A recovery: the uploaded snapshot restored into `.restore` by `etcd-restore`
+    /// (etcdctl, etcd's uid), its member moved into the data directory by
+    /// `etcd-restore-adopt`, one after the other (a failed one stays, for its status and log);
+    /// `true` once the data directory holds the restored member (the snapshot is then removed
+    /// and etcd resumes from it as a one-member cluster).
+    async fn restored(
+        &self,
+        ctx: &mut Context,
+        spec: &EtcdSpecSpec,
+        bootstrap: &EtcdBootstrapSpec,
+    ) -> Result<bool, ReconcileError> {
+        let o = &self.options;
+        let staging = o.data_dir.join(RESTORE_DIR);
+        let member = o.data_dir.join("member").exists();
+        if member && !staging.exists() {
+            let snapshot = o.recover_dir.join(RECOVER_SNAPSHOT);
+            if snapshot.exists() {
+                match std::fs::remove_file(&snapshot) {
+                    Ok(()) => {
+                        tracing::info!("etcd snapshot restored; the uploaded file is removed")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot remove the restored snapshot"),
+                }
+            }
+            return Ok(true);
+        }
+        let state = |s: Option<Resource<ServiceStatusSpec>>| s.map(|s| s.spec.state);
+        let restore = state(
+            ctx.get::<ServiceStatusSpec>(RUNTIME, RESTORE_SERVICE_ID)
+                .await?,
+        );
+        let Some(peer) = spec.advertised_addresses.first() else {
+            return Ok(false);
+        };
+        let peer = super::args::url(*peer, PEER_PORT);
+        let restore_spec = restore_spec(o, &spec.name, &peer, bootstrap.skip_hash_check);
+        ctx.apply(Resource::new(NAMESPACE, RESTORE_SERVICE_ID, restore_spec))
+            .await?;
+        if staging.exists() && restore == Some(ServiceState::Finished) {
+            ctx.apply(Resource::new(NAMESPACE, ADOPT_SERVICE_ID, adopt_spec(o)))
+                .await?;
+        }
+        Ok(false)
+    }
+
     /// One attempt to join (at most every [`JOIN_RETRY`]): `Some(--initial-cluster)` once this
     /// node was added as a learner.
     async fn join(

@@ -114,6 +114,33 @@ impl ResourceSpec for EtcdOperationRequestSpec {
     }
 }
 
+/// One chunk of a snapshot uploaded with `EtcdRecover` (`EtcdRecoverChunks`, a random ID per
+/// upload): apid writes chunk `seq` once k8sd acknowledged `seq - 1` in
+/// `etcd/EtcdRecoverAcks` (one chunk in stated at a time); the last one has `eof`. Destroyed
+/// when the upload ends.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdRecoverChunkSpec {
+    /// 1, 2, …
+    pub seq: u64,
+    /// The bytes, base64 (at most 256 KiB of them).
+    #[serde(default)]
+    pub data: String,
+    /// The upload ends here.
+    #[serde(default)]
+    pub eof: bool,
+}
+
+impl ResourceSpec for EtcdRecoverChunkSpec {
+    const TYPE: &'static str = "EtcdRecoverChunks.apid.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_columns(&[("Seq", "{.seq}"), ("EOF", "{.eof}")])
+    }
+}
+
 /// ID of [`MaintenanceCertificateSpec`].
 pub const MAINTENANCE_ID: &str = "maintenance";
 
@@ -146,5 +173,6 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         MaintenanceCertificateSpec::definition(),
         EtcdBootstrapRequestSpec::definition(),
         EtcdOperationRequestSpec::definition(),
+        EtcdRecoverChunkSpec::definition(),
     ]
 }

@@ -268,6 +268,57 @@ impl ResourceSpec for EtcdStatusSpec {
 pub struct EtcdBootstrapSpec {
     /// The request (`apid/EtcdBootstrapRequests`) that was accepted.
     pub request: String,
+    /// Restore the uploaded snapshot ([`RECOVER_SNAPSHOT`]) before etcd starts
+    /// (`--recover-from`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recover: bool,
+    /// Skip the snapshot's hash check (a copied `member/snap/db`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_hash_check: bool,
+}
+
+/// Where k8sd keeps an uploaded snapshot (`EtcdRecover`), in its recovery directory
+/// (`/var/lib/etcd-recover`, setgid etcd's group: the restore reads it). Removed once restored.
+pub const RECOVER_SNAPSHOT: &str = "snapshot.db";
+/// The largest snapshot an upload may bring (etcd's own database limit).
+pub const MAX_RECOVER_BYTES: u64 = 8 * 1024 * 1024 * 1024;
+/// The one-shot service that restores the snapshot (`etcdctl snapshot restore`, etcd's uid).
+pub const RESTORE_SERVICE_ID: &str = "etcd-restore";
+/// The one-shot service that moves the restored member into the data directory (k8sd's
+/// program with `--adopt-restored`, etcd's uid).
+pub const ADOPT_SERVICE_ID: &str = "etcd-restore-adopt";
+/// Where the restore writes, inside etcd's data directory (etcd 3.4's restore refuses an
+/// existing directory, and the data directory is k8sd's).
+pub const RESTORE_DIR: &str = ".restore";
+
+/// k8sd's acknowledgement of an upload (`EtcdRecoverAcks`, the ID of the
+/// `apid/EtcdRecoverChunks` it answers; ours): the last chunk written to disk, the end, or why
+/// the upload failed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdRecoverAckSpec {
+    /// The last chunk on disk.
+    #[serde(default)]
+    pub acked: u64,
+    /// The snapshot is complete (synced and renamed into place).
+    #[serde(default)]
+    pub done: bool,
+    /// Its size, bytes.
+    #[serde(default)]
+    pub size: u64,
+    /// Why the upload failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+impl ResourceSpec for EtcdRecoverAckSpec {
+    const TYPE: &'static str = "EtcdRecoverAcks.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_columns(&[("Acked", "{.acked}"), ("Done", "{.done}")])
+    }
 }
 
 impl ResourceSpec for EtcdBootstrapSpec {
@@ -410,6 +461,7 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         EtcdOperationAnswerSpec::definition(),
         EtcdLeaveSpec::definition(),
         EtcdSnapshotChunkSpec::definition(),
+        EtcdRecoverAckSpec::definition(),
     ]
 }
 
