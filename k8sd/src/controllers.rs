@@ -1,6 +1,6 @@
 //! k8sd's controllers.
 
-use crate::etcd;
+use crate::{etcd, k8s};
 
 /// What k8sd runs with.
 #[derive(Clone, Debug, Default)]
@@ -21,6 +21,17 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
     r.register(etcd::pki::PkiController::new(options.etcd.pki_dir.clone()))?;
     r.register(etcd::service::ServiceController::new(options.etcd.clone()))?;
     r.register(etcd::health::HealthController::default())?;
+    r.register(k8s::ComponentController::<
+        machinery::resources::k8s::ApiServerConfigSpec,
+    >::default())?;
+    r.register(k8s::ComponentController::<
+        machinery::resources::k8s::ControllerManagerConfigSpec,
+    >::default())?;
+    r.register(k8s::ComponentController::<
+        machinery::resources::k8s::SchedulerConfigSpec,
+    >::default())?;
+    r.register(k8s::StaticPodController)?;
+    r.register(k8s::server::StaticPodServerController::default())?;
     r.register(etcd::recover::RecoverController::new(
         options.etcd.recover_dir.clone(),
     ))?;

@@ -4,9 +4,12 @@
 //! where etcd reads them, asks init to run etcd (a requested service: its own uid, no
 //! capability, landlock on its data and certificates, TCP 2379/2380 only), answers
 //! `talosctl bootstrap`, and checks etcd's quorum. It holds no capability and no CA key.
-//! The Kubernetes control plane (static pods, kubelet) is not here yet.
+//! It renders the Kubernetes control plane's static pods (kube-apiserver,
+//! kube-controller-manager, kube-scheduler) and serves them as a `PodList`; no kubelet runs
+//! them yet.
 
 pub mod controllers;
 pub mod etcd;
+pub mod k8s;
 pub mod run;
 pub mod wipe;

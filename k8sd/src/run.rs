@@ -30,7 +30,10 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
     cosi::runtime::DaemonRun {
         name: "k8sd",
         socket: config.socket,
-        definitions: machinery::resources::etcd::definitions(),
+        definitions: machinery::resources::etcd::definitions()
+            .into_iter()
+            .chain(machinery::resources::k8s::definitions())
+            .collect(),
         registry,
         graph_namespace: machinery::resources::etcd::NAMESPACE,
     }

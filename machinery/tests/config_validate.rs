@@ -370,3 +370,32 @@ fn etcd_extra_args_may_not_override_a_pinned_flag_and_an_image_is_said_unapplied
         "{warnings:?}"
     );
 }
+
+#[test]
+fn control_plane_extra_args_may_not_override_a_pinned_flag() {
+    let text = CONTROLPLANE
+        .replacen(
+            "        image: registry.k8s.io/kube-apiserver:v1.33.1 # The container image used in the API server manifest.\n",
+            "        image: registry.k8s.io/kube-apiserver:v1.33.1\n        extraArgs:\n            etcd-servers: https://evil:2379\n            tls-min-version: VersionTLS10\n            feature-gates: Foo=true\n",
+            1,
+        )
+        .replacen(
+            "        image: registry.k8s.io/kube-scheduler:v1.33.1 # The container image used in the scheduler manifest.\n",
+            "        image: registry.k8s.io/kube-scheduler:v1.33.1\n        extraArgs:\n            kubeconfig: /tmp/mine\n",
+            1,
+        );
+    assert_ne!(
+        text, CONTROLPLANE,
+        "the sample's control plane sections moved"
+    );
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(
+        paths(&errs),
+        [
+            "cluster.apiServer.extraArgs.etcd-servers",
+            "cluster.apiServer.extraArgs.tls-min-version",
+            "cluster.scheduler.extraArgs.kubeconfig"
+        ],
+        "{errs}"
+    );
+}

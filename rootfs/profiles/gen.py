@@ -213,6 +213,8 @@ K8SD = STARTUP + RUNTIME + [
     call("rename", "a certificate file into place"), call("unlink", "a stale temporary file"),
     call("getdents64", "is etcd's data directory empty"), call("fchmod", "0440 on a certificate file"),
     call("statx"), call("lseek"),
+    call("bind", "the static pod server on 127.0.0.1 (landlock: the port the kernel picks only)"),
+    call("listen"), call("accept4", "the static pod server's clients (a kubelet)"),
 ]
 
 # A program that only sleeps: coreutils sleep, the requested-service test workload.

@@ -294,6 +294,7 @@ fn bootstrap_runs_a_sandboxed_etcd_a_real_client_uses_it_and_it_survives_sigkill
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(args(), before);
 
+    static_pods(&rt, &cluster, cp, worker);
     kubeconfig(&cluster, cp, worker);
 
     let out = cluster.destroy();
@@ -784,4 +785,134 @@ fn a_snapshot_recovers_etcd_on_a_fresh_cluster() {
     assert!(text(&out).contains("not empty"), "{}", text(&out));
     let out = second.destroy();
     assert!(out.status.success(), "destroy: {}", text(&out));
+}
+
+/// The static pod list the node serves (`StaticPodServerStatuses` URL, fetched by curl in the
+/// node's network namespace): (pod name, its command).
+fn pod_list(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    node: &NodeInfo,
+) -> Result<Vec<(String, Vec<String>)>, String> {
+    let status = rt
+        .block_on(
+            cluster
+                .state(node)
+                .get_typed::<machinery::resources::k8s::StaticPodServerStatusSpec>(
+                    "k8s",
+                    "static-pod-server-status",
+                ),
+        )
+        .map_err(|e| e.to_string())?;
+    let url = status.spec.url;
+    let out = cluster.in_netns(node, &["curl", "-sf", "--max-time", "5", &url]);
+    if !out.status.success() {
+        return Err(format!("curl {url}: {}", text(&out)));
+    }
+    let list: serde_yaml_ng::Value =
+        serde_yaml_ng::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    if list["kind"] != "PodList" {
+        return Err(format!("not a PodList: {list:?}"));
+    }
+    Ok(list["items"]
+        .as_sequence()
+        .map(|items| {
+            items
+                .iter()
+                .map(|p| {
+                    (
+                        p["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        p["spec"]["containers"][0]["command"]
+                            .as_sequence()
+                            .map(|c| {
+                                c.iter()
+                                    .filter_map(|a| a.as_str().map(str::to_string))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// The control plane's static pods: three, with upstream's pinned flags, served as a PodList;
+/// a denied extra arg is refused and changes nothing; an allowed one reaches the pod; a worker
+/// serves an empty list.
+fn static_pods(rt: &tokio::runtime::Runtime, cluster: &Cluster, cp: &NodeInfo, worker: &NodeInfo) {
+    let pods = wait(Duration::from_secs(30), "three static pods", || {
+        let p = pod_list(rt, cluster, cp)?;
+        (p.len() == 3).then_some(p.clone()).ok_or(format!("{p:?}"))
+    });
+    let names: Vec<&str> = pods.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler"
+        ]
+    );
+    let apiserver = &pods[0].1;
+    assert_eq!(apiserver[0], "/usr/local/bin/kube-apiserver");
+    for pinned in [
+        "--etcd-servers=https://127.0.0.1:2379",
+        "--tls-min-version=VersionTLS13",
+        "--client-ca-file=/system/secrets/kubernetes/kube-apiserver/ca.crt",
+        "--profiling=false",
+    ] {
+        assert!(
+            apiserver.iter().any(|a| a == pinned),
+            "{pinned}: {apiserver:?}"
+        );
+    }
+    assert!(pods[1].1.iter().any(|a| a
+        == "--cluster-signing-key-file=/system/secrets/kubernetes/kube-controller-manager/ca.key"));
+    assert!(pods[2]
+        .1
+        .iter()
+        .any(|a| a == "--config=/system/config/kubernetes/kube-scheduler/scheduler-config.yaml"));
+
+    // A denied extra arg: the configuration is refused, the pods keep their flags.
+    let out = cluster.talosctl(&[
+        "-n",
+        &cp.ip,
+        "patch",
+        "machineconfig",
+        "-p",
+        r#"{"cluster": {"apiServer": {"extraArgs": {"etcd-servers": "https://10.0.0.66:2379"}}}}"#,
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("etcd-servers"), "{}", text(&out));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(pod_list(rt, cluster, cp).unwrap(), pods);
+
+    // An allowed one: in the pod's flags.
+    let out = cluster.talosctl(&[
+        "-n",
+        &cp.ip,
+        "patch",
+        "machineconfig",
+        "-p",
+        r#"{"cluster": {"apiServer": {"extraArgs": {"feature-gates": "TalosRsTest=true"}}}}"#,
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    wait(Duration::from_secs(30), "the extra arg in the pod", || {
+        let p = pod_list(rt, cluster, cp)?;
+        p[0].1
+            .iter()
+            .any(|a| a == "--feature-gates=TalosRsTest=true")
+            .then_some(())
+            .ok_or(format!("{:?}", p[0].1))
+    });
+
+    // A worker renders no control plane.
+    let empty = wait(Duration::from_secs(30), "the worker's list", || {
+        pod_list(rt, cluster, worker)
+    });
+    assert!(empty.is_empty(), "{empty:?}");
 }

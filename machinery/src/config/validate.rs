@@ -498,6 +498,36 @@ fn validate_cluster(cluster: &ClusterConfig, control_plane: bool, r: &mut Report
         }
     }
 
+    {
+        use crate::resources::k8s;
+        let components = [
+            (
+                "cluster.apiServer.extraArgs",
+                k8s::APISERVER_ID,
+                cluster.api_server.as_ref().map(|a| &a.extra_args),
+            ),
+            (
+                "cluster.controllerManager.extraArgs",
+                k8s::CONTROLLER_MANAGER_ID,
+                cluster.controller_manager.as_ref().map(|c| &c.extra_args),
+            ),
+            (
+                "cluster.scheduler.extraArgs",
+                k8s::SCHEDULER_ID,
+                cluster.scheduler.as_ref().map(|s| &s.extra_args),
+            ),
+        ];
+        for (key, component, args) in components {
+            for k in args.into_iter().flat_map(|a| a.keys()) {
+                if k8s::denied(component).contains(&k.as_str()) {
+                    r.error(
+                        join_key(key, k),
+                        format!("extra arg {k:?} is not allowed: the node pins it"),
+                    );
+                }
+            }
+        }
+    }
     if let Some(lifetime) = cluster
         .admin_kubeconfig
         .as_ref()

@@ -5,6 +5,7 @@ pub mod apid;
 pub mod block;
 pub mod config;
 pub mod etcd;
+pub mod k8s;
 pub mod network;
 pub mod runtime;
 pub mod secrets;
@@ -23,6 +24,7 @@ pub fn definitions() -> Vec<ResourceDefinition> {
     defs.extend(trustd::definitions());
     defs.extend(apid::definitions());
     defs.extend(etcd::definitions());
+    defs.extend(k8s::definitions());
     defs
 }
 
