@@ -877,6 +877,17 @@ fn static_pods(rt: &tokio::runtime::Runtime, cluster: &Cluster, cp: &NodeInfo, w
         .iter()
         .any(|a| a == "--config=/system/config/kubernetes/kube-scheduler/scheduler-config.yaml"));
 
+    // Through apid: the types are defined (stated took k8sd's definitions).
+    for (t, id) in [
+        ("staticpods", "kube-scheduler"),
+        ("schedulerconfigs", "final-kube-scheduler"),
+        ("apiserverconfigs", "final-kube-apiserver"),
+    ] {
+        let out = cluster.talosctl(&["-n", &cp.ip, "get", t]);
+        assert!(out.status.success(), "get {t}: {}", text(&out));
+        assert!(text(&out).contains(id), "get {t}: {}", text(&out));
+    }
+
     // A denied extra arg: the configuration is refused, the pods keep their flags.
     let out = cluster.talosctl(&[
         "-n",
