@@ -118,6 +118,28 @@ pub fn status_of(answer: &EtcdOperationAnswerSpec) -> Result<(), Status> {
     }
 }
 
+/// The slot of the one etcd operation apid runs at a time, on a configured node.
+///
+/// # Errors
+///
+/// `ResourceExhausted` while another runs; `FailedPrecondition` in maintenance;
+/// `Unavailable` without stated.
+async fn begin(client: &cosi::Client) -> Result<tokio::sync::SemaphorePermit<'static>, Status> {
+    let permit = IN_FLIGHT.try_acquire().map_err(|_| {
+        Status::resource_exhausted("an etcd operation is being answered: try again")
+    })?;
+    match client
+        .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
+        .await
+    {
+        Ok(_) => Ok(permit),
+        Err(e) if e.is_not_found() => Err(Status::failed_precondition(
+            "etcd does not run in maintenance mode: apply a configuration first",
+        )),
+        Err(e) => Err(unavailable(&e)),
+    }
+}
+
 /// Asks k8sd to run an etcd operation (`remove-member`, `leave`, `forfeit-leadership`,
 /// `defragment`, `alarm-list`, `alarm-disarm`) and returns its answer. apid cannot reach etcd
 /// and holds no etcd credential: k8sd runs it with the admin certificate.
@@ -132,21 +154,7 @@ pub async fn operation(
     operation: &str,
     member_id: u64,
 ) -> Result<EtcdOperationAnswerSpec, Status> {
-    let _permit = IN_FLIGHT.try_acquire().map_err(|_| {
-        Status::resource_exhausted("an etcd operation is being answered: try again")
-    })?;
-    match client
-        .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => {
-            return Err(Status::failed_precondition(
-                "etcd does not run in maintenance mode: apply a configuration first",
-            ))
-        }
-        Err(e) => return Err(unavailable(&e)),
-    }
+    let _permit = begin(client).await?;
     let request = crate::request::Pending::create(
         client,
         OPERATION_OWNER,
@@ -265,21 +273,7 @@ pub async fn snapshot(
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::common::Data, Status>> + Send>>,
     Status,
 > {
-    let permit = IN_FLIGHT.try_acquire().map_err(|_| {
-        Status::resource_exhausted("an etcd operation is being answered: try again")
-    })?;
-    match client
-        .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => {
-            return Err(Status::failed_precondition(
-                "etcd does not run in maintenance mode: apply a configuration first",
-            ))
-        }
-        Err(e) => return Err(unavailable(&e)),
-    }
+    let permit = begin(client).await?;
     let request = crate::request::Pending::create(
         client,
         OPERATION_OWNER,
@@ -341,14 +335,12 @@ pub async fn recover(
     use base64::Engine as _;
     use machinery::resources::apid::EtcdRecoverChunkSpec;
     use machinery::resources::etcd::{EtcdRecoverAckSpec, EtcdSpecSpec, MAX_RECOVER_BYTES};
-    let _permit = IN_FLIGHT.try_acquire().map_err(|_| {
-        Status::resource_exhausted("an etcd operation is being answered: try again")
-    })?;
+    let _permit = begin(client).await?;
     match client.get_typed::<EtcdSpecSpec>(NAMESPACE, ETCD_ID).await {
         Ok(_) => {}
         Err(e) if e.is_not_found() => {
             return Err(Status::failed_precondition(
-                "etcd does not run on this node (a worker, maintenance, or no cluster.etcd.ca)",
+                "etcd does not run on this node (a worker, or no cluster.etcd.ca)",
             ))
         }
         Err(e) => return Err(unavailable(&e)),
