@@ -37,6 +37,7 @@ pub mod cluster;
 pub mod files;
 pub mod gen;
 pub mod get;
+pub mod health;
 pub mod inspect;
 pub mod jsonpath;
 pub mod kubeconfig;
@@ -190,6 +191,12 @@ pub enum Command {
     /// Talos API only.
     Kubeconfig(kubeconfig::KubeconfigArgs),
 
+    /// Check the cluster's health from here (-n: every node to check): apid, every node's
+    /// daemons, etcd healthy with the control planes as its voting members, the control plane's
+    /// static pods. Progress lines as upstream's; a non-zero exit when a check does not pass
+    /// within --wait-timeout. Through the Talos API only.
+    Health(health::HealthArgs),
+
     /// Apply a new machine configuration to a node (validated, diffed; `--dry-run`).
     #[command(visible_alias = "apply")]
     ApplyConfig(apply::ApplyArgs),
@@ -326,6 +333,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Kubeconfig(args) if !over_sockets(&cli) => {
             block_on(async { kubeconfig::run(&api(&cli)?, args, &mut out).await })
         }
+        Command::Health(args) if !over_sockets(&cli) => {
+            block_on(async { health::run(&api(&cli)?, args, &mut out).await })
+        }
+        Command::Health(_) => Err(anyhow::anyhow!(
+            "health goes through the Talos API (apid): drop --socket/--init-socket"
+        )),
         Command::Kubeconfig(_) => Err(anyhow::anyhow!(
             "kubeconfig goes through the Talos API (apid): drop --socket/--init-socket"
         )),

@@ -432,7 +432,31 @@ fn three_control_planes_join_as_learners_are_promoted_and_share_the_data() {
         );
     }
 
+    // `talosctl health` over the four nodes: every check passes, as upstream's lines say.
+    let all: Vec<&str> = nodes.iter().map(|n| n.ip.as_str()).collect();
+    let all = all.join(",");
+    let out = cluster.talosctl(&["-n", &all, "health", "--wait-timeout", "60s"]);
+    assert!(out.status.success(), "health: {}", text(&out));
+    for line in [
+        "waiting for apid to be ready: OK",
+        "waiting for etcd to be healthy: OK",
+        "waiting for etcd members to be consistent across nodes: OK",
+        "waiting for etcd members to be control plane nodes: OK",
+        "waiting for the control plane static pods to be rendered: OK",
+    ] {
+        assert!(text(&out).contains(line), "{line}: {}", text(&out));
+    }
+
     etcd_operations(&rt, &cluster, &cps, &voters);
+
+    // After the leave and the removal, the cluster is not healthy: a non-zero exit naming etcd.
+    let out = cluster.talosctl(&["-n", &all, "health", "--wait-timeout", "3s"]);
+    assert!(!out.status.success(), "health: {}", text(&out));
+    assert!(
+        text(&out).contains("the cluster is not healthy: ") && text(&out).contains("etcd"),
+        "{}",
+        text(&out)
+    );
 
     let out = cluster.destroy();
     assert!(out.status.success(), "destroy: {}", text(&out));
