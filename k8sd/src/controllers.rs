@@ -32,6 +32,8 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
     >::default())?;
     r.register(k8s::StaticPodController)?;
     r.register(k8s::server::StaticPodServerController::default())?;
+    r.register(k8s::kubelet::KubeletConfigController)?;
+    r.register(k8s::kubelet::KubeletSpecController::default())?;
     r.register(etcd::recover::RecoverController::new(
         options.etcd.recover_dir.clone(),
     ))?;

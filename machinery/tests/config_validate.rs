@@ -399,3 +399,22 @@ fn control_plane_extra_args_may_not_override_a_pinned_flag() {
         "{errs}"
     );
 }
+
+#[test]
+fn kubelet_extra_args_and_config_may_not_touch_what_the_node_pins() {
+    let text = CONTROLPLANE.replacen(
+        "        defaultRuntimeSeccompProfileEnabled: true # Enable container runtime default Seccomp profile.\n",
+        "        defaultRuntimeSeccompProfileEnabled: true\n        extraArgs:\n            kubeconfig: /tmp/mine\n            v: \"2\"\n        extraConfig:\n            port: 1234\n            serializeImagePulls: true\n",
+        1,
+    );
+    assert_ne!(text, CONTROLPLANE, "the sample's kubelet section moved");
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(
+        paths(&errs),
+        [
+            "machine.kubelet.extraConfig.port",
+            "machine.kubelet.extraArgs.kubeconfig"
+        ],
+        "{errs}"
+    );
+}

@@ -945,6 +945,47 @@ fn static_pods(rt: &tokio::runtime::Runtime, cluster: &Cluster, cp: &NodeInfo, w
             .ok_or(format!("{:?}", p[0].1))
     });
 
+    // The kubelet's spec: its staticPodURL is the server's, the node's name, upstream's
+    // flags (rendered, not run), through apid too.
+    let url = rt
+        .block_on(
+            cluster
+                .state(cp)
+                .get_typed::<machinery::resources::k8s::StaticPodServerStatusSpec>(
+                    "k8s",
+                    "static-pod-server-status",
+                ),
+        )
+        .unwrap()
+        .spec
+        .url;
+    for node in [cp, worker] {
+        let spec = wait(Duration::from_secs(30), "the kubelet's spec", || {
+            rt.block_on(
+                cluster
+                    .state(node)
+                    .get_typed::<machinery::resources::k8s::KubeletSpecSpec>("k8s", "kubelet"),
+            )
+            .map(|s| s.spec)
+            .map_err(|e| e.to_string())
+        });
+        assert_eq!(spec.expected_nodename, node.name);
+        assert!(
+            spec.args
+                .contains(&format!("--hostname-override={}", node.name)),
+            "{:?}",
+            spec.args
+        );
+        assert_eq!(spec.config["kind"], "KubeletConfiguration");
+        assert_eq!(spec.config["tlsMinVersion"], "VersionTLS13");
+        if node.name == cp.name {
+            assert_eq!(spec.config["staticPodURL"], url.as_str());
+        }
+    }
+    let out = cluster.talosctl(&["-n", &cp.ip, "get", "kubeletspecs"]);
+    assert!(out.status.success(), "get kubeletspecs: {}", text(&out));
+    assert!(text(&out).contains(&cp.name), "{}", text(&out));
+
     // A worker renders no control plane.
     let empty = wait(Duration::from_secs(30), "the worker's list", || {
         pod_list(rt, cluster, worker)

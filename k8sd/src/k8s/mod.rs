@@ -9,10 +9,14 @@
 //! - `k8s.StaticPodServerController`: every static pod as one YAML `PodList` on
 //!   `http://127.0.0.1:<port>` (`StaticPodServerStatuses`), what a kubelet polls.
 //!
-//! No kubelet runs on a talos-rs node yet: the pods are rendered, validated and served, not
-//! run; the server's status says so.
+//! - `k8s.KubeletConfigController`, `k8s.KubeletSpecController` ([`kubelet`]): the kubelet's
+//!   flags and `KubeletConfiguration` (its `staticPodURL` is the server's).
+//!
+//! No kubelet runs on a talos-rs node yet: the pods and the kubelet's spec are rendered,
+//! validated and served, not run; the server's status says so.
 
 pub mod args;
+pub mod kubelet;
 pub mod pods;
 pub mod server;
 

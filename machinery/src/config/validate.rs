@@ -1348,7 +1348,13 @@ fn validate_kubelet(machine: &MachineConfig, r: &mut Report) {
     }
     match &kubelet.extra_config {
         Some(serde_yaml_ng::Value::Mapping(map)) => {
-            for field in PROTECTED_KUBELET_FIELDS {
+            let mut protected: Vec<&str> = PROTECTED_KUBELET_FIELDS.to_vec();
+            for f in crate::resources::k8s::KUBELET_PROTECTED_FIELDS {
+                if !protected.contains(f) {
+                    protected.push(f);
+                }
+            }
+            for field in protected {
                 if map.contains_key(field) {
                     r.error(
                         join_key(&format!("{base}.extraConfig"), field),
@@ -1362,6 +1368,14 @@ fn validate_kubelet(machine: &MachineConfig, r: &mut Report) {
             format!("{base}.extraConfig"),
             "kubelet extraConfig must be a mapping",
         ),
+    }
+    for k in kubelet.extra_args.keys() {
+        if crate::resources::k8s::KUBELET_DENIED_ARGS.contains(&k.as_str()) {
+            r.error(
+                join_key(&format!("{base}.extraArgs"), k),
+                format!("extra arg {k:?} is not allowed: the node pins it"),
+            );
+        }
     }
     for (i, mount) in kubelet.extra_mounts.iter().enumerate() {
         let path = join_index(&format!("{base}.extraMounts"), i);

@@ -191,6 +191,116 @@ impl ResourceSpec for StaticPodServerStatusSpec {
     }
 }
 
+/// The ID of [`KubeletConfigSpec`] and [`KubeletSpecSpec`].
+pub const KUBELET_ID: &str = "kubelet";
+
+/// The kubelet's flags `machine.kubelet.extraArgs` may not give (upstream's deny list).
+pub const KUBELET_DENIED_ARGS: &[&str] = &[
+    "bootstrap-kubeconfig",
+    "kubeconfig",
+    "container-runtime",
+    "container-runtime-endpoint",
+    "config",
+    "cert-dir",
+];
+
+/// `KubeletConfiguration` fields `machine.kubelet.extraConfig` may not set (upstream's
+/// protected fields).
+pub const KUBELET_PROTECTED_FIELDS: &[&str] = &[
+    "apiVersion",
+    "authentication",
+    "authorization",
+    "cgroupRoot",
+    "kind",
+    "kubeletCgroups",
+    "port",
+    "protectKernelDefaults",
+    "resolvConf",
+    "rotateCertificates",
+    "systemCgroups",
+    "staticPodPath",
+    "seccompDefault",
+];
+
+/// The kubelet's configuration from the machine configuration (`KubeletConfigs`, ID
+/// `kubelet`; upstream `k8s.KubeletConfigController`), on every node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletConfigSpec {
+    /// Its image.
+    pub image: String,
+    /// Cluster DNS addresses.
+    #[serde(rename = "clusterDNS", default)]
+    pub cluster_dns: Vec<String>,
+    /// Cluster domain.
+    pub cluster_domain: String,
+    /// `machine.kubelet.extraArgs`.
+    #[serde(default)]
+    pub extra_args: BTreeMap<String, String>,
+    /// `machine.kubelet.extraConfig`.
+    #[serde(default)]
+    pub extra_config: BTreeMap<String, serde_json::Value>,
+    /// `machine.kubelet.defaultRuntimeSeccompProfileEnabled`.
+    #[serde(default)]
+    pub default_runtime_seccomp_enabled: bool,
+    /// `machine.kubelet.skipNodeRegistration`.
+    #[serde(default)]
+    pub skip_node_registration: bool,
+    /// The static pod server's URL.
+    #[serde(rename = "staticPodListURL", default)]
+    pub static_pod_list_url: String,
+    /// `machine.kubelet.disableManifestsDirectory`.
+    #[serde(default)]
+    pub disable_manifests_directory: bool,
+    /// A control plane (its system reservation is larger).
+    #[serde(default)]
+    pub control_plane: bool,
+}
+
+impl Eq for KubeletConfigSpec {}
+
+impl ResourceSpec for KubeletConfigSpec {
+    const TYPE: &'static str = "KubeletConfigs.kubernetes.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        // `kc` is KernelCmdlines' (init's).
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).without_aliases(&["kc", "kcs"])
+    }
+}
+
+/// What the kubelet would run with (`KubeletSpecs`, ID `kubelet`; upstream
+/// `k8s.KubeletSpecController`): its flags and its `KubeletConfiguration`. No kubelet runs on
+/// a talos-rs node yet: rendered and validated, not run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletSpecSpec {
+    /// Its image.
+    pub image: String,
+    /// Its flags, `--k=v`, sorted.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The node name it registers.
+    #[serde(default)]
+    pub expected_nodename: String,
+    /// The `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1).
+    pub config: serde_json::Value,
+}
+
+impl Eq for KubeletSpecSpec {}
+
+impl ResourceSpec for KubeletSpecSpec {
+    const TYPE: &'static str = "KubeletSpecs.kubernetes.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        // `ks` is KubeletSecrets' (secretsd's).
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .without_aliases(&["ks", "kss"])
+            .with_columns(&[("Nodename", "{.expectedNodename}")])
+    }
+}
+
 /// Definitions of every type of both namespaces.
 pub fn definitions() -> Vec<ResourceDefinition> {
     vec![
@@ -199,6 +309,8 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         SchedulerConfigSpec::definition(),
         StaticPodSpec::definition(),
         StaticPodServerStatusSpec::definition(),
+        KubeletConfigSpec::definition(),
+        KubeletSpecSpec::definition(),
     ]
 }
 
