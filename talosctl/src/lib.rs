@@ -181,7 +181,7 @@ pub enum Command {
     /// Talos API only.
     Bootstrap(remote::BootstrapArgs),
 
-    /// etcd on control plane nodes: `members`, `status`, `remove-member`, `leave`,
+    /// etcd on control plane nodes: `members`, `status`, `snapshot`, `remove-member`, `leave`,
     /// `forfeit-leadership`, `defrag`, `alarm list|disarm`. Through the Talos API only.
     #[command(subcommand)]
     Etcd(remote::EtcdCommand),
