@@ -318,6 +318,36 @@ mod tests {
     }
 
     #[test]
+    fn etcd_and_kubeconfig_calls_follow_upstreams_roles() {
+        let m = |name: &str| format!("/machine.MachineService/{name}");
+        let backup = Roles::parse([ETCD_BACKUP]);
+        let reader = Roles::parse([READER]);
+        let operator = Roles::parse([OPERATOR]);
+        // A backup role takes snapshots and reads status, nothing else.
+        authorize(&m("EtcdSnapshot"), &backup).unwrap();
+        authorize(&m("EtcdStatus"), &backup).unwrap();
+        for admin_only in [
+            "EtcdRecover",
+            "EtcdLeaveCluster",
+            "EtcdRemoveMemberByID",
+            "EtcdForfeitLeadership",
+            "Kubeconfig",
+            "Bootstrap",
+        ] {
+            for who in [&backup, &reader, &operator] {
+                assert!(authorize(&m(admin_only), who).is_err(), "{admin_only}: {who}");
+            }
+            authorize(&m(admin_only), &Roles::parse([ADMIN])).unwrap();
+        }
+        // An operator defragments and disarms; a reader only lists.
+        authorize(&m("EtcdDefragment"), &operator).unwrap();
+        authorize(&m("EtcdAlarmDisarm"), &operator).unwrap();
+        assert!(authorize(&m("EtcdDefragment"), &reader).is_err());
+        assert!(authorize(&m("EtcdSnapshot"), &reader).is_err());
+        authorize(&m("EtcdAlarmList"), &reader).unwrap();
+    }
+
+    #[test]
     fn unknown_methods_are_admin_only() {
         assert_eq!(allowed("/machine.MachineService/Read"), &[ADMIN]);
         assert_eq!(allowed("/cosi.resource.State/Create"), &[ADMIN]);
