@@ -335,7 +335,10 @@ mod tests {
             "Bootstrap",
         ] {
             for who in [&backup, &reader, &operator] {
-                assert!(authorize(&m(admin_only), who).is_err(), "{admin_only}: {who}");
+                assert!(
+                    authorize(&m(admin_only), who).is_err(),
+                    "{admin_only}: {who}"
+                );
             }
             authorize(&m(admin_only), &Roles::parse([ADMIN])).unwrap();
         }
