@@ -90,28 +90,20 @@ pub fn has_data(dir: &Path) -> std::io::Result<bool> {
 
 /// The service spec of etcd with these arguments.
 pub fn service_spec(options: &EtcdOptions, args: Vec<String>) -> ServiceSpecSpec {
-    let path = |p: &Path, access: &str| ServicePath {
-        path: p.display().to_string(),
-        access: access.to_string(),
-    };
-    let mut paths = vec![
-        path(&options.binary, "exec"),
-        path(&options.data_dir, "read-write"),
-        path(&options.pki_dir, "read-only"),
-    ];
-    paths.extend(options.libs.iter().map(|l| path(l, "exec")));
     ServiceSpecSpec {
-        binary: options.binary.display().to_string(),
-        args,
-        env: std::collections::BTreeMap::new(),
-        uid: options.uid,
-        gid: options.uid,
-        capabilities: Vec::new(),
-        paths,
         bind_tcp: vec![CLIENT_PORT, PEER_PORT],
         connect_tcp: vec![CLIENT_PORT, PEER_PORT],
-        seccomp_profile: options.seccomp.clone(),
         restart: true,
+        ..one_shot(
+            options,
+            &options.binary,
+            args,
+            &[
+                (&options.data_dir, "read-write"),
+                (&options.pki_dir, "read-only"),
+            ],
+            &options.seccomp,
+        )
     }
 }
 
@@ -132,7 +124,8 @@ pub fn wipe_spec(options: &EtcdOptions) -> ServiceSpecSpec {
 }
 
 /// A one-shot service of `binary` under etcd's uid, no network, no capability, with these
-/// landlock rules (plus the shared libraries).
+/// landlock rules (plus the binary and the shared libraries). etcd itself is this with its
+/// ports and restarts ([`service_spec`]).
 fn one_shot(
     options: &EtcdOptions,
     binary: &Path,

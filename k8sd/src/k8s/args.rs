@@ -158,42 +158,62 @@ pub fn base(component: &str, c: &ComponentConfig) -> BTreeMap<String, String> {
     }
 }
 
-/// The flags `component` runs with: the base merged with `c.extra_args`, `--k=v` sorted.
+/// `base` merged with a user's `extra` flags, as upstream's argsbuilder: a key of `denied` is
+/// refused, a key of `additive` is joined with the base value (comma-separated, once each),
+/// any other overrides; rendered `--k=v`, sorted. Every kubernetes component and the kubelet
+/// render their flags through it.
 ///
 /// # Errors
 ///
-/// Every denied key of the extra args.
-pub fn render(component: &str, c: &ComponentConfig) -> Result<Vec<String>, Vec<Denied>> {
-    let mut args = base(component, c);
-    let refused: Vec<Denied> = c
-        .extra_args
+/// Every denied key of `extra`.
+pub fn merge(
+    mut base: BTreeMap<String, String>,
+    extra: &BTreeMap<String, String>,
+    denied: &[&str],
+    additive: &[&str],
+) -> Result<Vec<String>, Vec<Denied>> {
+    let refused: Vec<Denied> = extra
         .keys()
-        .filter(|k| denied(component).contains(&k.as_str()))
+        .filter(|k| denied.contains(&k.as_str()))
         .map(|k| Denied(k.clone()))
         .collect();
     if !refused.is_empty() {
         return Err(refused);
     }
-    for (k, v) in &c.extra_args {
-        match args.get_mut(k) {
-            Some(base) if additive(component).contains(&k.as_str()) => {
-                let mut parts: Vec<String> = base.split(',').map(str::to_string).collect();
+    for (k, v) in extra {
+        match base.get_mut(k) {
+            Some(b) if additive.contains(&k.as_str()) => {
+                let mut parts: Vec<String> = b.split(',').map(str::to_string).collect();
                 for p in v.split(',') {
                     if !parts.iter().any(|x| x == p) {
                         parts.push(p.to_string());
                     }
                 }
-                *base = parts.join(",");
+                *b = parts.join(",");
             }
             _ => {
-                args.insert(k.clone(), v.clone());
+                base.insert(k.clone(), v.clone());
             }
         }
     }
-    Ok(args
+    Ok(base
         .into_iter()
         .map(|(k, v)| format!("--{k}={v}"))
         .collect())
+}
+
+/// The flags `component` runs with: the base merged with `c.extra_args` ([`merge`]).
+///
+/// # Errors
+///
+/// Every denied key of the extra args.
+pub fn render(component: &str, c: &ComponentConfig) -> Result<Vec<String>, Vec<Denied>> {
+    merge(
+        base(component, c),
+        &c.extra_args,
+        denied(component),
+        additive(component),
+    )
 }
 
 #[cfg(test)]

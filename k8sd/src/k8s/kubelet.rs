@@ -97,22 +97,7 @@ pub fn kubelet_spec(
     c: &KubeletConfigSpec,
     nodename: &str,
 ) -> Result<KubeletSpecSpec, Vec<Refused>> {
-    let mut refused: Vec<Refused> = c
-        .extra_args
-        .keys()
-        .filter(|k| KUBELET_DENIED_ARGS.contains(&k.as_str()))
-        .map(|k| Refused::Arg(k.clone()))
-        .collect();
-    refused.extend(
-        c.extra_config
-            .keys()
-            .filter(|k| KUBELET_PROTECTED_FIELDS.contains(&k.as_str()))
-            .map(|k| Refused::Field(k.clone())),
-    );
-    if !refused.is_empty() {
-        return Err(refused);
-    }
-    let mut args = BTreeMap::from([
+    let mut base = BTreeMap::from([
         ("cert-dir".to_string(), "/var/lib/kubelet/pki".to_string()),
         (
             "config".to_string(),
@@ -121,16 +106,29 @@ pub fn kubelet_spec(
         ("hostname-override".to_string(), nodename.to_string()),
     ]);
     if !c.skip_node_registration {
-        args.insert(
+        base.insert(
             "bootstrap-kubeconfig".into(),
             "/etc/kubernetes/bootstrap-kubeconfig".into(),
         );
-        args.insert(
+        base.insert(
             "kubeconfig".into(),
             "/etc/kubernetes/kubeconfig-kubelet".into(),
         );
     }
-    args.extend(c.extra_args.clone());
+    let args = super::args::merge(base, &c.extra_args, KUBELET_DENIED_ARGS, &[]);
+    let mut refused: Vec<Refused> = match &args {
+        Ok(_) => Vec::new(),
+        Err(d) => d.iter().map(|d| Refused::Arg(d.0.clone())).collect(),
+    };
+    refused.extend(
+        c.extra_config
+            .keys()
+            .filter(|k| KUBELET_PROTECTED_FIELDS.contains(&k.as_str()))
+            .map(|k| Refused::Field(k.clone())),
+    );
+    let (Ok(args), true) = (args, refused.is_empty()) else {
+        return Err(refused);
+    };
 
     let mut cfg: serde_json::Map<String, Value> = c.extra_config.clone().into_iter().collect();
     let forced = json!({
@@ -181,10 +179,7 @@ pub fn kubelet_spec(
     }
     Ok(KubeletSpecSpec {
         image: c.image.clone(),
-        args: args
-            .into_iter()
-            .map(|(k, v)| format!("--{k}={v}"))
-            .collect(),
+        args,
         expected_nodename: nodename.to_string(),
         config: Value::Object(cfg),
     })
