@@ -7,6 +7,8 @@ use crate::{etcd, k8s};
 pub struct Options {
     /// etcd's program, files and sandbox.
     pub etcd: etcd::service::EtcdOptions,
+    /// The VIP elections' leases, given back when k8sd stops.
+    pub vip: etcd::vip::Holdings,
 }
 
 /// Every controller of k8sd.
@@ -40,5 +42,6 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
     r.register(etcd::operation::OperationController::new(
         options.etcd.data_dir.clone(),
     ))?;
+    r.register(etcd::vip::VipController::new(options.vip.clone()))?;
     Ok(r)
 }

@@ -104,6 +104,7 @@ fn main() -> ExitCode {
                 recover_dir: args.etcd_recover_dir,
                 ..Default::default()
             },
+            vip: k8sd::etcd::vip::Holdings::default(),
         },
     };
     d.run(

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 
-use crate::controllers;
+use crate::{controllers, etcd};
 
 /// What k8sd runs with.
 #[derive(Clone, Debug)]
@@ -27,9 +27,9 @@ pub type Error = cosi::runtime::DaemonError;
 /// [`Error`]; an unreachable stated is not an error: k8sd waits for it.
 pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) -> Result<(), Error> {
     let registry = controllers::registry(&config.options).map_err(Error::Register)?;
-    cosi::runtime::DaemonRun {
+    let result = cosi::runtime::DaemonRun {
         name: "k8sd",
-        socket: config.socket,
+        socket: config.socket.clone(),
         definitions: machinery::resources::etcd::definitions()
             .into_iter()
             .chain(machinery::resources::k8s::definitions())
@@ -38,5 +38,22 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
         graph_namespace: machinery::resources::etcd::NAMESPACE,
     }
     .run(ready, shutdown)
-    .await
+    .await;
+    // The controllers are stopped: give the VIP elections' leases back, so that another
+    // control plane takes the shared IPs now rather than when the leases expire.
+    config.options.vip.release_all().await;
+    if let Ok(client) = cosi::Client::new(&config.socket) {
+        match tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            etcd::vip::give_up(&client),
+        )
+        .await
+        {
+            Ok(Ok(n)) if n > 0 => tracing::info!(ips = n, "shared IPs marked given up"),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot mark the shared IPs given up"),
+            Err(_) => tracing::warn!("cannot mark the shared IPs given up: stated does not answer"),
+        }
+    }
+    result
 }

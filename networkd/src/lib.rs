@@ -11,6 +11,7 @@
 //! - [`run`]: the daemon (connect, define the types, run the controllers until shutdown).
 #![forbid(unsafe_code)]
 
+pub mod arp;
 pub mod controllers;
 pub mod dhcp;
 pub mod dhcp6;

@@ -19,7 +19,7 @@ machine:
       - interface: eth0
         dhcp: true
         dhcpOptions: {ipv4: true, ipv6: true, duidv6: "00:03:00:01:02:00:00:00:00:09"}
-        vip: {ip: 10.0.0.100}
+        vip: {ip: 10.0.0.100, hcloud: {apiToken: x}}
       - interface: wg0
         addresses: [10.10.0.1/24]
         wireguard:

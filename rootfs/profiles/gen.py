@@ -12,7 +12,7 @@ is found at once, in tests, never silently refused.
 """
 import json, os
 
-AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET = 1, 2, 10, 16, 17
 FIONBIO = 0x5421
 PR_SET_NAME = 15
 PR_SET_DUMPABLE = 4
@@ -26,6 +26,14 @@ def call(name, comment=None, args=None):
     if args:
         d["args"] = args
     return d
+
+SOCK_TYPE_MASK, SOCK_STREAM, SOCK_DGRAM = 0xF, 1, 2  # the type without SOCK_CLOEXEC/SOCK_NONBLOCK
+NETLINK_ROUTE = 0
+SIGINT, SIGTERM = 2, 15
+RLIMIT_NOFILE = 7
+
+def arg_masked(index, mask, val, comment):
+    return {"index": index, "type": "dword", "op": {"masked_eq": mask}, "val": val, "comment": comment}
 
 def arg_eq(index, val, comment):
     return {"index": index, "type": "dword", "op": "eq", "val": val, "comment": comment}
@@ -105,6 +113,9 @@ NETWORKD = STARTUP + RUNTIME + [
     call("socket", "rtnetlink: links, addresses, routes, and their multicast events", [arg_eq(0, AF_NETLINK, "AF_NETLINK")]),
     call("socket", "DHCPv4 (UDP 68 bound to a link)", [arg_eq(0, AF_INET, "AF_INET")]),
     call("socket", "IPv6 address and route families of rtnetlink helpers", [arg_eq(0, AF_INET6, "AF_INET6")]),
+    call("socket", "the gratuitous ARP of a shared IP: a link-layer datagram socket (protocol 0: it "
+         "sends only, receives nothing; needs CAP_NET_RAW)",
+         [arg_eq(0, AF_PACKET, "AF_PACKET"), arg_masked(1, SOCK_TYPE_MASK, SOCK_DGRAM, "SOCK_DGRAM")]),
     call("connect", "stated's socket; landlock decides TCP ports (none)"),
     call("bind", "netlink groups; DHCP port 68"),
     call("setsockopt", "SO_RCVBUF on netlink sockets; SO_BROADCAST, SO_BINDTODEVICE (needs CAP_NET_RAW), SO_REUSEADDR for DHCP"),
@@ -230,14 +241,6 @@ TESTD = STARTUP + RUNTIME + [
     call("connect"), call("getsockopt", "SO_ERROR after a non-blocking connect"),
     call("sendto"), call("recvfrom"), call("shutdown"), call("getpeername"), call("getsockname"),
 ]
-
-SOCK_TYPE_MASK, SOCK_STREAM, SOCK_DGRAM = 0xF, 1, 2  # the type without SOCK_CLOEXEC/SOCK_NONBLOCK
-NETLINK_ROUTE = 0
-SIGINT, SIGTERM = 2, 15
-RLIMIT_NOFILE = 7
-
-def arg_masked(index, mask, val, comment):
-    return {"index": index, "type": "dword", "op": {"masked_eq": mask}, "val": val, "comment": comment}
 
 # Debian's etcd 3.4 and etcdctl: Go 1.19 programs linked to glibc through cgo. Measured with
 # measure-etcd.sh (`strace -f -qq -c` of a TLS cluster's members and of `etcdctl snapshot

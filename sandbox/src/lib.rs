@@ -20,6 +20,7 @@ pub mod daemon;
 pub mod landlock;
 pub mod netns;
 pub mod observe;
+pub mod packet;
 pub mod policy;
 pub mod prepare;
 pub mod score;

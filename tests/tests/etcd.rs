@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use machinery::resources::etcd::{EtcdMemberSpec, EtcdSpecSpec, EtcdStatusSpec};
+use machinery::resources::etcd::{EtcdMemberSpec, EtcdSpecSpec, EtcdStatusSpec, VipElectionSpec};
 use machinery::resources::runtime::{ServiceSpecSpec, ServiceStatusSpec};
 use node_tests::{alive, pid_namespace_members, require_root, text, Cluster, NodeInfo};
 
@@ -991,4 +991,323 @@ fn static_pods(rt: &tokio::runtime::Runtime, cluster: &Cluster, cp: &NodeInfo, w
         pod_list(rt, cluster, worker)
     });
     assert!(empty.is_empty(), "{empty:?}");
+}
+
+/// Whether `node`'s eth0 has `ip/32` (`ip -o addr` in its network namespace).
+fn has_vip(cluster: &Cluster, node: &NodeInfo, ip: &str) -> bool {
+    let out = cluster.in_netns(node, &["ip", "-o", "-4", "addr", "show", "dev", "eth0"]);
+    text(&out).contains(&format!("inet {ip}/32"))
+}
+
+/// The MAC the cluster's network (its bridge namespace) has cached for `ip`, if any.
+fn cached_mac(netns: &str, ip: &str) -> Option<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-n", netns, "neigh", "show", ip])
+        .output()
+        .ok()?;
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    let words: Vec<&str> = s.split_whitespace().collect();
+    words
+        .iter()
+        .position(|w| *w == "lladdr")
+        .and_then(|i| words.get(i + 1))
+        .map(|m| (*m).to_string())
+}
+
+fn vip_election(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    node: &NodeInfo,
+    ip: &str,
+) -> Result<VipElectionSpec, String> {
+    rt.block_on(cluster.state(node).get_typed::<VipElectionSpec>("vip", ip))
+        .map(|r| r.spec)
+        .map_err(|e| e.to_string())
+}
+
+/// The control plane holding `ip` (its address on eth0 and its election say so), waiting up
+/// to `timeout`; `except` is not asked.
+fn vip_holder<'a>(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    cps: &[&'a NodeInfo],
+    ip: &str,
+    except: Option<&str>,
+    timeout: Duration,
+) -> &'a NodeInfo {
+    wait(timeout, "one control plane holds the VIP", || {
+        let holders: Vec<&&NodeInfo> = cps
+            .iter()
+            .filter(|n| Some(n.name.as_str()) != except)
+            .filter(|n| has_vip(cluster, n, ip))
+            .collect();
+        match holders.as_slice() {
+            [h] if vip_election(rt, cluster, h, ip).is_ok_and(|e| e.leader) => Ok(**h),
+            _ => Err(format!(
+                "holders: {:?}",
+                holders.iter().map(|n| &n.name).collect::<Vec<_>>()
+            )),
+        }
+    })
+}
+
+#[test]
+fn the_shared_vip_is_elected_in_etcd_and_moves_when_its_holder_goes() {
+    require_root!();
+    let _one = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::builder().controlplanes(3).workers(1).create();
+    let nodes = cluster.nodes();
+    let info = cluster.show();
+    let cps: Vec<&NodeInfo> = nodes.iter().filter(|n| n.role == "controlplane").collect();
+    let worker = nodes.iter().find(|n| n.role == "worker").unwrap();
+    let rt = rt();
+    let _rt = rt.enter();
+    // An address of the cluster's network no node has: .200 of the first node's /24.
+    let vip = {
+        let mut o: Vec<&str> = cps[0].ip.split('.').collect();
+        o[3] = "200";
+        o.join(".")
+    };
+    assert!(nodes.iter().all(|n| n.ip != vip));
+
+    // The VIP in every node's configuration (upstream's `machine.network.interfaces[].vip`),
+    // before etcd runs: nobody holds it yet, nobody campaigns.
+    let patch = format!(
+        r#"{{"machine": {{"network": {{"interfaces": [{{"interface": "eth0", "vip": {{"ip": "{vip}"}}}}]}}}}}}"#
+    );
+    for n in &cps {
+        let out = cluster.talosctl(&["-n", &n.ip, "patch", "machineconfig", "-p", &patch]);
+        assert!(out.status.success(), "patch {}: {}", n.name, text(&out));
+    }
+    // A worker cannot have one (upstream's validation).
+    let out = cluster.talosctl(&["-n", &worker.ip, "patch", "machineconfig", "-p", &patch]);
+    assert!(!out.status.success(), "a worker took a VIP: {}", text(&out));
+    assert!(
+        text(&out).contains("not allowed on non-controlplane nodes"),
+        "{}",
+        text(&out)
+    );
+    for n in &cps {
+        wait(
+            Duration::from_secs(30),
+            "the VIP's election resource",
+            || {
+                let e = vip_election(&rt, &cluster, n, &vip)?;
+                (!e.leader && !e.message.is_empty())
+                    .then_some(())
+                    .ok_or(format!("{e:?}"))
+            },
+        );
+        assert!(!has_vip(&cluster, n, &vip), "{} has the VIP", n.name);
+    }
+    assert!(vip_election(&rt, &cluster, worker, &vip).is_err());
+
+    let out = cluster.talosctl(&["-n", &cps[0].ip, "bootstrap"]);
+    assert!(out.status.success(), "bootstrap: {}", text(&out));
+    for cp in &cps {
+        wait(Duration::from_secs(120), "etcd healthy", || {
+            let s = etcd_status(&rt, &cluster, cp)?;
+            s.healthy.then_some(()).ok_or(format!("{s:?}"))
+        });
+    }
+
+    // One control plane wins: the IP on its eth0, its name in etcd under upstream's key.
+    let first = vip_holder(&rt, &cluster, &cps, &vip, None, Duration::from_secs(60));
+    let election = vip_election(&rt, &cluster, first, &vip).unwrap();
+    assert_eq!(election.holder, first.name);
+    let key = format!("talos:v1:vip:election:{vip}");
+    let out = etcdctl(&cluster, cps[1], &["get", "--prefix", &key, "-w", "json"]);
+    assert!(out.status.success(), "etcdctl get: {}", text(&out));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kvs = got["kvs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(kvs.len(), 3, "every control plane campaigns: {got}");
+    let leader_kv = kvs
+        .iter()
+        .min_by_key(|k| k["create_revision"].as_i64().unwrap_or(i64::MAX))
+        .unwrap();
+    use base64::Engine as _;
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(leader_kv["value"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&value), first.name, "{got}");
+    for cp in cps.iter().filter(|c| c.name != first.name) {
+        let e = wait(Duration::from_secs(30), "the others see the holder", || {
+            let e = vip_election(&rt, &cluster, cp, &vip)?;
+            (e.holder == first.name)
+                .then_some(e.clone())
+                .ok_or(format!("{e:?}"))
+        });
+        assert!(!e.leader && !e.lease_id.is_empty(), "{e:?}");
+        assert!(!has_vip(&cluster, cp, &vip));
+    }
+    assert!(!has_vip(&cluster, worker, &vip));
+    // Through apid, by the type's name.
+    let out = cluster.talosctl(&["-n", &first.ip, "get", "vipelections"]);
+    assert!(
+        out.status.success() && text(&out).contains(&vip),
+        "get vipelections: {}",
+        text(&out)
+    );
+    // The cluster's network reaches it, at the holder's MAC.
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &info.netns,
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &vip,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ping the VIP: {}", text(&out));
+    assert_eq!(
+        cached_mac(&info.netns, &vip).as_deref(),
+        Some(first.mac.as_str())
+    );
+
+    // k8sd killed on the holder: restarted, it re-adopts its leadership (same lease); the IP
+    // never leaves the node.
+    let k8sd = rt
+        .block_on(
+            cluster
+                .state(first)
+                .get_typed::<ServiceStatusSpec>("runtime", "k8sd"),
+        )
+        .unwrap()
+        .spec;
+    let pid = host_pid(first, k8sd.pid);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    let mut restarted = false;
+    while killed.elapsed() < Duration::from_secs(20) {
+        assert!(
+            has_vip(&cluster, first, &vip),
+            "the VIP left its holder while k8sd restarted"
+        );
+        let now = rt
+            .block_on(
+                cluster
+                    .state(first)
+                    .get_typed::<ServiceStatusSpec>("runtime", "k8sd"),
+            )
+            .map(|r| r.spec.pid)
+            .unwrap_or_default();
+        let e = vip_election(&rt, &cluster, first, &vip).unwrap();
+        if now != k8sd.pid && now != 0 && e.message.contains("re-adopted") {
+            assert!(e.leader, "{e:?}");
+            assert_eq!(e.lease_id, election.lease_id, "{e:?}");
+            restarted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(restarted, "k8sd did not restart and re-adopt within 20 s");
+    assert!(!alive(pid));
+    for cp in cps.iter().filter(|c| c.name != first.name) {
+        assert!(!has_vip(&cluster, cp, &vip), "{} took the VIP", cp.name);
+    }
+
+    // The holder reboots (`talosctl reboot`): it gives the IP up as it stops, another control
+    // plane takes it and announces it (the network's cached MAC changes with no traffic).
+    let out = cluster.talosctl(&["-n", &first.ip, "reboot"]);
+    assert!(out.status.success(), "reboot: {}", text(&out));
+    let asked = Instant::now();
+    let second = vip_holder(
+        &rt,
+        &cluster,
+        &cps,
+        &vip,
+        Some(&first.name),
+        Duration::from_secs(60),
+    );
+    eprintln!(
+        "VIP failover, holder rebooted: {:.2} s",
+        asked.elapsed().as_secs_f64()
+    );
+    wait(Duration::from_secs(5), "the gratuitous ARP", || {
+        let m = cached_mac(&info.netns, &vip);
+        (m.as_deref() == Some(second.mac.as_str()))
+            .then_some(())
+            .ok_or(format!("{m:?}"))
+    });
+
+    // The rebooted node comes back and campaigns again, behind the new holder.
+    let back = wait(
+        Duration::from_secs(60),
+        "the rebooted node's new init",
+        || {
+            let info = cluster.show();
+            let n = info.nodes.iter().find(|n| n.name == first.name).unwrap();
+            (n.init_pid.is_some() && n.init_pid != first.init_pid && n.state == "ready")
+                .then_some(info.clone())
+                .ok_or(format!("{n:?}"))
+        },
+    );
+    let first_back = back.nodes.iter().find(|n| n.name == first.name).unwrap();
+    wait(
+        Duration::from_secs(120),
+        "the rebooted node's etcd healthy",
+        || {
+            let s = etcd_status(&rt, &cluster, first_back)?;
+            s.healthy.then_some(()).ok_or(format!("{s:?}"))
+        },
+    );
+    wait(
+        Duration::from_secs(30),
+        "the rebooted node campaigns",
+        || {
+            let e = vip_election(&rt, &cluster, first_back, &vip)?;
+            (!e.leader && e.holder == second.name && !e.lease_id.is_empty())
+                .then_some(())
+                .ok_or(format!("{e:?}"))
+        },
+    );
+    assert!(!has_vip(&cluster, first_back, &vip));
+
+    // The new holder crashes (init killed, its link gone: the machine vanished without a
+    // word): the IP moves once its lease expires.
+    let crashed = back.nodes.iter().find(|n| n.name == second.name).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(crashed.init_pid.unwrap()),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let out = cluster.in_netns(crashed, &["ip", "link", "set", "eth0", "down"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let at = Instant::now();
+    let live: Vec<&NodeInfo> = back
+        .nodes
+        .iter()
+        .filter(|n| n.role == "controlplane" && n.name != second.name)
+        .collect();
+    let third = vip_holder(&rt, &cluster, &live, &vip, None, Duration::from_secs(60));
+    eprintln!(
+        "VIP failover, holder crashed: {:.2} s (lease TTL {} s)",
+        at.elapsed().as_secs_f64(),
+        10
+    );
+    assert_ne!(third.name, second.name);
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &info.netns,
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            &vip,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ping the VIP after the crash: {}",
+        text(&out)
+    );
 }

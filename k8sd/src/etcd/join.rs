@@ -29,6 +29,21 @@ pub async fn client(
     endpoints: &[String],
     domain: Option<&str>,
 ) -> Result<Client, String> {
+    client_with(certs, endpoints, domain, Some(CALL_TIMEOUT)).await
+}
+
+/// As [`client`], with `call_timeout` on every call (`None`: no limit, for the calls that
+/// wait: an election campaign, a watch, a lease's keep-alive stream).
+///
+/// # Errors
+///
+/// Why the endpoints cannot be reached.
+pub async fn client_with(
+    certs: &EtcdCertsSpec,
+    endpoints: &[String],
+    domain: Option<&str>,
+    call_timeout: Option<Duration>,
+) -> Result<Client, String> {
     let mut tls = TlsOptions::new()
         .ca_certificate(Certificate::from_pem(certs.ca.crt.as_bytes()))
         .identity(Identity::from_pem(
@@ -38,11 +53,20 @@ pub async fn client(
     if let Some(d) = domain {
         tls = tls.domain_name(d);
     }
-    let options = ConnectOptions::new()
+    let mut options = ConnectOptions::new()
         .with_tls(tls)
         .with_connect_timeout(CALL_TIMEOUT)
-        .with_timeout(CALL_TIMEOUT)
         .with_require_leader(true);
+    match call_timeout {
+        Some(t) => options = options.with_timeout(t),
+        // A stream that waits must still notice a peer that is gone (etcd's own minimum
+        // ping interval is 5 s: faster pings are refused).
+        None => {
+            options = options
+                .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+                .with_keep_alive_while_idle(true);
+        }
+    }
     match tokio::time::timeout(CALL_TIMEOUT, Client::connect(endpoints, Some(options))).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(format!("cannot reach {}: {e}", endpoints.join(","))),

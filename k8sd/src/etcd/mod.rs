@@ -9,6 +9,7 @@ pub mod operation;
 pub mod pki;
 pub mod recover;
 pub mod service;
+pub mod vip;
 
 use cosi::runtime::{Context, ReconcileError};
 use cosi::ResourceSpec;

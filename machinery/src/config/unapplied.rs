@@ -36,11 +36,11 @@ pub const UNAPPLIED_NETWORK_DOCUMENTS: &[(&str, &str)] = &[
     ),
     (
         "Layer2VIPConfig",
-        "the VIP operator is not implemented: the address is never assigned",
+        "Layer2VIPConfig documents are not applied (use machine.network.interfaces[].vip)",
     ),
     (
         "HCloudVIPConfig",
-        "the VIP operator is not implemented: the address is never assigned",
+        "Hetzner Cloud VIPs are not implemented: the address is never assigned",
     ),
     ("LinkAliasConfig", "link aliases are not supported"),
     ("RoutingRuleConfig", "routing rules are not supported"),
@@ -81,7 +81,7 @@ pub const UNAPPLIED_NETWORK_DOCUMENTS: &[(&str, &str)] = &[
 const PREFIX: &str = "not applied by talos-rs";
 
 const WIREGUARD: &str = "WireGuard links are not supported: the link is not created";
-const VIP: &str = "the VIP operator is not implemented: the shared address is never assigned";
+const VIP_CLOUD: &str = "the cloud API of a shared IP (equinixMetal, hcloud) is not called: the IP is shared on layer 2 only";
 const KUBESPAN: &str = "KubeSpan is not implemented";
 
 fn warning(path: impl Into<String>, what: &str) -> Warning {
@@ -133,13 +133,17 @@ fn device_settings(device: &Device, path: &str, out: &mut Vec<Warning>) {
     if device.wireguard.is_some() {
         out.push(warning(join_key(path, "wireguard"), WIREGUARD));
     }
-    if device.vip.is_some() {
-        out.push(warning(join_key(path, "vip"), VIP));
+    let cloud = |v: &Option<super::v1alpha1::DeviceVipConfig>| {
+        v.as_ref()
+            .is_some_and(|v| v.equinix_metal.is_some() || v.hcloud.is_some())
+    };
+    if cloud(&device.vip) {
+        out.push(warning(join_key(path, "vip"), VIP_CLOUD));
     }
     for (j, vlan) in device.vlans.iter().enumerate() {
-        if vlan.vip.is_some() {
+        if cloud(&vlan.vip) {
             let vlan_path = join_index(&join_key(path, "vlans"), j);
-            out.push(warning(join_key(&vlan_path, "vip"), VIP));
+            out.push(warning(join_key(&vlan_path, "vip"), VIP_CLOUD));
         }
     }
 }
@@ -163,9 +167,10 @@ machine:
       - interface: eth0
         dhcp: true
         dhcpOptions: {ipv4: true, ipv6: true}
-        vip: {ip: 10.0.0.100}
+        vip: {ip: 10.0.0.100, hcloud: {apiToken: x}}
         vlans:
-          - {vlanId: 10, vip: {ip: 10.0.10.100}}
+          - {vlanId: 10, vip: {ip: 10.0.10.100, equinixMetal: {apiToken: x}}}
+          - {vlanId: 11, vip: {ip: 10.0.11.100}}
       - interface: wg0
         wireguard: {privateKey: x}
       - interface: wg1

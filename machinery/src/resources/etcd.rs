@@ -448,9 +448,57 @@ impl ResourceSpec for EtcdLeaveSpec {
 /// (`ServiceSpecs.runtime.talos.dev` in this namespace).
 pub const WIPE_SERVICE_ID: &str = "etcd-wipe";
 
+/// The namespace of [`VipElectionSpec`] (written by k8sd, read by networkd): apart from
+/// `etcd` so that reading who holds a shared IP does not let networkd read etcd's snapshots.
+pub const VIP_NAMESPACE: &str = "vip";
+
+/// etcd's election key of a shared IP (upstream's `talos:v1:vip:election:<IP>`: the same key,
+/// so that a node of either kind sees the other's campaign).
+pub fn vip_election_key(ip: &IpAddr) -> String {
+    format!("talos:v1:vip:election:{ip}")
+}
+
+/// Where this node stands in the election of a shared IP (`VIPElections`, namespace
+/// [`VIP_NAMESPACE`], ID = the IP; ours: upstream's VIP operator keeps it in machined's
+/// memory). k8sd campaigns in etcd, as upstream (a lease, the election key, the node's name as
+/// the value); networkd assigns the IP while `leader` is true, on the link its own
+/// OperatorSpec names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VipElectionSpec {
+    /// The shared IP.
+    pub ip: String,
+    /// This node won the election and holds the IP.
+    pub leader: bool,
+    /// The current leader's name as etcd says (empty when nobody holds it or etcd cannot be
+    /// asked).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub holder: String,
+    /// This node's etcd lease in the election (16 hex digits), while campaigning or leading.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lease_id: String,
+    /// Why it stands there, for a human.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl ResourceSpec for VipElectionSpec {
+    const TYPE: &'static str = "VIPElections.etcd.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = VIP_NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, VIP_NAMESPACE).with_columns(&[
+            ("Leader", "{.leader}"),
+            ("Holder", "{.holder}"),
+            ("Message", "{.message}"),
+        ])
+    }
+}
+
 /// Definitions of every type of the namespace.
 pub fn definitions() -> Vec<ResourceDefinition> {
     vec![
+        VipElectionSpec::definition(),
         EtcdConfigSpec::definition(),
         EtcdSpecSpec::definition(),
         PkiStatusSpec::definition(),

@@ -8,6 +8,8 @@
 //!   Only the managed flags are compared, never the kernel's own (secondary, tentative ...:
 //!   upstream #13932), so a converged kernel sees no change.
 //! - Tearing down: the address is deleted only if networkd added it; then the finalizer goes.
+//! - An IPv4 address added with `announceWithARP` (a shared IP) is announced with one
+//!   gratuitous ARP on an Ethernet link ([`crate::arp`]).
 //!
 //! Unlike upstream, the controller also watches the address groups, so an address deleted behind
 //! networkd's back is restored at once rather than on the next link event.
@@ -169,6 +171,15 @@ async fn converge(
     match nl.add_address(&add).await {
         Ok(()) => {
             tracing::info!(link = %s.link_name, address = %s.address, "address added");
+            if let (true, std::net::IpAddr::V4(ip)) = (s.announce_with_arp, s.address.addr()) {
+                // Best effort, as upstream: the address stays whatever the send says.
+                match crate::arp::announce(link, ip) {
+                    Ok(true) => tracing::info!(link = %s.link_name, %ip, "gratuitous ARP sent"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(link = %s.link_name, %ip, error = %e,
+                        "cannot send the gratuitous ARP"),
+                }
+            }
             Ok(())
         }
         Err(e) if e.is_exists() => Ok(()),

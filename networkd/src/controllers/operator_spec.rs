@@ -23,8 +23,13 @@
 //!   (option 56) and the hostname (option 39, when requested). No routes and no MTU: those come
 //!   from router advertisements, which the kernel handles. The client identifier is the
 //!   configured DUID (`dhcpOptions.duidv6`), else DUID-LL of the link's MAC.
-//! - VIP operators are not implemented: they are logged once and skipped, and the network
-//!   Status lists them (`unapplied`).
+//! - VIP operators (`vip/eth0/10.5.0.100`): k8sd campaigns for the IP in etcd and publishes
+//!   where this node stands as `vip/VIPElections/<IP>`; while it says `leader`, the IP is an
+//!   operator-layer address spec under `vip/<link>/` (upstream's VIP operator: `/32` or
+//!   `/128`, global, permanent, announced with a gratuitous ARP for IPv4 when
+//!   `gratuitousARP`). The link is this OperatorSpec's: k8sd can only say whether this node
+//!   holds an IP the configuration names, never which address or where. A restarted networkd
+//!   republishes the same spec (nothing in the kernel changes).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -39,6 +44,8 @@ use machinery::resources::network::{
     TimeServerSpecSpec, CONFIG_NAMESPACE, DEFAULT_ROUTE_METRIC, HOSTNAME_ID, NAMESPACE,
     RESOLVER_ID, TIME_SERVER_ID,
 };
+
+use machinery::resources::etcd::{VipElectionSpec, VIP_NAMESPACE};
 
 use crate::dhcp::{self, Dhcp4LeaseSpec, Identity, Lease};
 use crate::dhcp6::{self, Dhcp6LeaseSpec};
@@ -65,7 +72,6 @@ struct Running6 {
 pub struct OperatorSpecController {
     running: BTreeMap<String, Running>,
     running6: BTreeMap<String, Running6>,
-    warned: std::collections::BTreeSet<String>,
 }
 
 impl Controller for OperatorSpecController {
@@ -78,6 +84,7 @@ impl Controller for OperatorSpecController {
             Input::weak::<OperatorSpecSpec>(NAMESPACE),
             Input::weak::<LinkStatusSpec>(NAMESPACE),
             Input::weak::<HostnameStatusSpec>(NAMESPACE).with_id(HOSTNAME_ID),
+            Input::weak::<VipElectionSpec>(VIP_NAMESPACE),
         ]
     }
 
@@ -97,6 +104,7 @@ impl Controller for OperatorSpecController {
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
         let mut specs4 = BTreeMap::new();
         let mut specs6 = BTreeMap::new();
+        let mut vips = BTreeMap::new();
         for s in ctx.list::<OperatorSpecSpec>(NAMESPACE).await? {
             if s.metadata.phase != Phase::Running {
                 continue;
@@ -109,10 +117,7 @@ impl Controller for OperatorSpecController {
                     specs6.insert(s.id().to_string(), s.spec);
                 }
                 Operator::Vip => {
-                    if self.warned.insert(s.id().to_string()) {
-                        tracing::warn!(operator = %s.id(),
-                            "the VIP operator is not implemented: the shared address is not assigned");
-                    }
+                    vips.insert(s.id().to_string(), s.spec);
                 }
             }
         }
@@ -123,6 +128,7 @@ impl Controller for OperatorSpecController {
             .map(|h| h.spec);
         let requeue4 = self.dhcp4(ctx, &specs4, &links, hostname.as_ref()).await?;
         let requeue6 = self.dhcp6(ctx, &specs6, &links, hostname.as_ref()).await?;
+        vip(ctx, &vips).await?;
         let requeue = match (requeue4, requeue6) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -329,6 +335,50 @@ impl OperatorSpecController {
             }
         }
         Ok(requeue)
+    }
+}
+
+/// Publishes the address of every shared IP this node holds (k8sd's election says `leader`).
+async fn vip(
+    ctx: &mut Context,
+    specs: &BTreeMap<String, OperatorSpecSpec>,
+) -> Result<(), ReconcileError> {
+    for spec in specs.values() {
+        let Some(ip) = spec.vip.ip else { continue };
+        let held = ctx
+            .get::<VipElectionSpec>(VIP_NAMESPACE, &ip.to_string())
+            .await?
+            .is_some_and(|e| e.spec.leader);
+        if !held {
+            continue;
+        }
+        let a = vip_address(spec, ip);
+        let prefix = format!("{}/{}", Operator::Vip, spec.link_name);
+        ctx.apply(Resource::new(
+            CONFIG_NAMESPACE,
+            operator_prefixed_id(&prefix, &a.id()),
+            a,
+        ))
+        .await?;
+    }
+    Ok(())
+}
+
+/// The address of a held shared IP (upstream's `VIP.AddressSpecs`).
+fn vip_address(spec: &OperatorSpecSpec, ip: IpAddr) -> AddressSpecSpec {
+    let (family, arp) = match ip {
+        IpAddr::V4(_) => (Family::Inet4, spec.vip.gratuitous_arp),
+        IpAddr::V6(_) => (Family::Inet6, false),
+    };
+    AddressSpecSpec {
+        address: IpNet::from(ip),
+        link_name: spec.link_name.clone(),
+        family,
+        scope: Scope::Global,
+        flags: AddressFlags::PERMANENT,
+        announce_with_arp: arp,
+        priority: 0,
+        layer: ConfigLayer::Operator,
     }
 }
 
