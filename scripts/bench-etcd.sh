@@ -2,7 +2,12 @@
 # The etcd benchmark (BENCHMARKS.md, "etcd: bootstrap to three voters"): a local cluster of three
 # control planes; from the moment `talosctl bootstrap` returns on the first, the time until
 # etcd lists three voting members (etcdctl, polled every 0.1 s on the first node), then, after
-# 10 s of idling, k8sd's and etcd's RSS on each control plane.
+# 10 s of idling, k8sd's and etcd's RSS on each control plane. Then the shared VIP
+# (`machine.network.interfaces[].vip`, patched on the three): once one control plane has it on
+# eth0, (1) that holder is rebooted (`talosctl reboot`) and the time until another control
+# plane has it on eth0 is measured (polled every 0.05 s), then, once the rebooted node is back,
+# (2) the new holder crashes (its init killed with SIGKILL, its eth0 set down) and the time
+# until a third holder has it is measured (bounded by the lease's TTL, 10 s).
 #
 #   scripts/bench-etcd.sh [runs]             default 3 runs; medians are reported
 #
@@ -41,7 +46,7 @@ procs_in() {
 }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
-: >"$work/voters"; : >"$work/k8sd"; : >"$work/etcd"
+: >"$work/voters"; : >"$work/k8sd"; : >"$work/etcd"; : >"$work/vip_reboot"; : >"$work/vip_crash"
 for ((r = 1; r <= runs; r++)); do
 	name="etcd$r"
 	talosctl cluster create --state "$work/clusters" --name "$name" --image target/rootfs/tree \
@@ -74,6 +79,63 @@ for ((r = 1; r <= runs; r++)); do
 		for p in $(procs_in "$init" etcd); do rss_kib "$p" >>"$work/etcd"; done
 	done
 	echo "run $r: three voters after $(tail -1 "$work/voters") s" >&2
+
+	# The shared VIP: .200 of the first node's /24.
+	vip="${first_ip%.*}.200"
+	nodes_json="$show"
+	ips=$(echo "$nodes_json" | python3 -c 'import json,sys; print(" ".join(n["ip"] for n in json.load(sys.stdin)["nodes"]))')
+	for ip in $ips; do
+		talosctl -n "$ip" patch machineconfig -p "{\"machine\": {\"network\": {\"interfaces\": [{\"interface\": \"eth0\", \"vip\": {\"ip\": \"$vip\"}}]}}}" >/dev/null
+	done
+	# The netns of the node holding the VIP, other than $1 ("" when none or several).
+	holder() {
+		local found=""
+		for ns in $(talosctl cluster show --state "$work/clusters" --name "$name" -o json |
+			python3 -c 'import json,sys; print(" ".join(n["netns"] for n in json.load(sys.stdin)["nodes"]))'); do
+			[ "$ns" = "${1:-}" ] && continue
+			if ip -n "$ns" -o -4 addr show dev eth0 2>/dev/null | grep -q "inet $vip/32"; then
+				[ -n "$found" ] && { echo ""; return; }
+				found="$ns"
+			fi
+		done
+		echo "$found"
+	}
+	wait_holder() {
+		local t0 h
+		t0=$(now)
+		while :; do
+			h=$(holder "${1:-}")
+			[ -n "$h" ] && { echo "$h"; return; }
+			if awk -v a="$t0" -v b="$(now)" 'BEGIN {exit !(b - a > 120)}'; then
+				echo "bench-etcd: no VIP holder within 120 s" >&2
+				exit 1
+			fi
+			sleep 0.05
+		done
+	}
+	first_holder=$(wait_holder)
+	node_of() { talosctl cluster show --state "$work/clusters" --name "$name" -o json |
+		python3 -c 'import json,sys; ns=sys.argv[1]; print([n[sys.argv[2]] for n in json.load(sys.stdin)["nodes"] if n["netns"]==ns][0])' "$1" "$2"; }
+	talosctl -n "$(node_of "$first_holder" ip)" reboot >/dev/null
+	t0=$(now)
+	second=$(wait_holder "$first_holder")
+	awk -v a="$t0" -v b="$(now)" 'BEGIN {print b - a}' >>"$work/vip_reboot"
+	# Wait for the rebooted node's etcd again (three voters) before the crash.
+	sleep 5
+	for ((i = 0; i < 600; i++)); do
+		init=$(node_of "$first_holder" initPid)
+		ok=$(ip netns exec "$first_holder" env ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:2379 \
+			--cacert="/proc/$init/root/system/secrets/etcd/ca.crt" --cert="/proc/$init/root/system/secrets/etcd/admin.crt" \
+			--key="/proc/$init/root/system/secrets/etcd/admin.key" --command-timeout=2s endpoint health 2>&1 | grep -c "is healthy" || true)
+		[ "$ok" = 1 ] && break
+		sleep 0.2
+	done
+	kill -9 "$(node_of "$second" initPid)"
+	ip -n "$second" link set eth0 down
+	t0=$(now)
+	wait_holder "$second" >/dev/null
+	awk -v a="$t0" -v b="$(now)" 'BEGIN {print b - a}' >>"$work/vip_crash"
+	echo "run $r: VIP failover $(tail -1 "$work/vip_reboot") s (holder rebooted), $(tail -1 "$work/vip_crash") s (holder crashed)" >&2
 	talosctl cluster destroy --state "$work/clusters" --name "$name" >/dev/null 2>&1
 done
 
@@ -82,3 +144,5 @@ echo "runs:                            $runs"
 echo "bootstrap -> 3 voters (median):  $(median <"$work/voters") s   (all: $(tr '\n' ' ' <"$work/voters"))"
 echo "k8sd RSS, idle (median, max):    $(awk '{print $1/1024}' "$work/k8sd" | median) MiB, $(sort -g "$work/k8sd" | tail -1 | awk '{printf "%.1f", $1/1024}') MiB"
 echo "etcd RSS, idle (median):         $(awk '{print $1/1024}' "$work/etcd" | median) MiB"
+echo "VIP failover, holder rebooted:   $(median <"$work/vip_reboot") s   (all: $(tr '\n' ' ' <"$work/vip_reboot"))"
+echo "VIP failover, holder crashed:    $(median <"$work/vip_crash") s   (all: $(tr '\n' ' ' <"$work/vip_crash"))"
