@@ -9,6 +9,8 @@ pub struct Options {
     pub etcd: etcd::service::EtcdOptions,
     /// The VIP elections' leases, given back when k8sd stops.
     pub vip: etcd::vip::Holdings,
+    /// Where the kubelet's files are written (`/system/kubernetes`).
+    pub kubernetes_dir: std::path::PathBuf,
 }
 
 /// Every controller of k8sd.
@@ -43,5 +45,10 @@ pub fn registry(options: &Options) -> Result<cosi::runtime::Registry, cosi::runt
         options.etcd.data_dir.clone(),
     ))?;
     r.register(etcd::vip::VipController::new(options.vip.clone()))?;
+    r.register(k8s::manifests::BootstrapManifestsConfigController::default())?;
+    r.register(k8s::manifests::ManifestController)?;
+    r.register(k8s::files::KubeletPkiController::new(
+        options.kubernetes_dir.clone(),
+    ))?;
     Ok(r)
 }

@@ -45,6 +45,10 @@ struct Args {
     /// Where an uploaded snapshot (`talosctl bootstrap --recover-from`) is kept.
     #[arg(long, default_value = "/var/lib/etcd-recover")]
     etcd_recover_dir: PathBuf,
+    /// Where the kubelet's bootstrap kubeconfig and CA are written (`/etc/kubernetes` links
+    /// here in the image).
+    #[arg(long, default_value = "/system/kubernetes")]
+    kubernetes_dir: PathBuf,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
                 ..Default::default()
             },
             vip: k8sd::etcd::vip::Holdings::default(),
+            kubernetes_dir: args.kubernetes_dir,
         },
     };
     d.run(

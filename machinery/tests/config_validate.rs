@@ -418,3 +418,34 @@ fn kubelet_extra_args_and_config_may_not_touch_what_the_node_pins() {
         "{errs}"
     );
 }
+
+#[test]
+fn kube_proxy_may_not_be_given_another_kubeconfig_and_unrendered_manifests_are_said() {
+    let text = CONTROLPLANE
+        .replacen(
+            "        image: registry.k8s.io/kube-proxy:v1.33.1 # The container image used in the kube-proxy manifest.\n",
+            "        image: registry.k8s.io/kube-proxy:v1.33.1\n        extraArgs:\n            kubeconfig: /tmp/mine\n            v: \"2\"\n",
+            1,
+        );
+    assert_ne!(text, CONTROLPLANE, "the sample's proxy section moved");
+    let errs = invalid(&text, ValidationMode::Metal);
+    assert_eq!(
+        paths(&errs),
+        ["cluster.proxy.extraArgs.kubeconfig"],
+        "{errs}"
+    );
+
+    let text = CONTROLPLANE.replacen(
+        "    extraManifests: []",
+        "    extraManifests: [\"https://example.com/x.yaml\"]",
+        1,
+    );
+    assert_ne!(text, CONTROLPLANE, "the sample's extraManifests moved");
+    let warnings = validate(&text, ValidationMode::Metal).unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.path == "cluster.extraManifests" && w.message.contains("not applied")),
+        "{warnings:?}"
+    );
+}

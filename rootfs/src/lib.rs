@@ -12,6 +12,7 @@
 //! /etc/talos/seccomp/*.json      the seccomp profiles (compiled into init; shipped for audit)
 //! /etc/{os-release,passwd,group} one user per daemon of the manifest
 //! /etc/{resolv.conf,hosts,hostname} -> /system/network/etc/*   (networkd renders them)
+//! /etc/kubernetes -> /system/kubernetes                          (k8sd writes the kubelet's files)
 //! /dev /proc /sys /run /tmp      mount points (init mounts /proc, /run, /tmp)
 //! /system /var                   the node's writable state
 //! ```
@@ -306,6 +307,7 @@ pub fn plan(inputs: &Inputs) -> Result<Image, Error> {
         image.symlink(&format!("etc/{f}"), &format!("/system/network/etc/{f}"));
     }
     image.symlink("etc/mtab", "/proc/self/mounts");
+    image.symlink("etc/kubernetes", "/system/kubernetes");
 
     let manifest_path = inputs.source.join("etc/daemons.yaml");
     let manifest = std::fs::read_to_string(&manifest_path).map_err(read_error(&manifest_path))?;

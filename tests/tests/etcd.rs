@@ -296,6 +296,7 @@ fn bootstrap_runs_a_sandboxed_etcd_a_real_client_uses_it_and_it_survives_sigkill
 
     static_pods(&rt, &cluster, cp, worker);
     kubeconfig(&cluster, cp, worker);
+    bootstrap_manifests_and_kubelet_files(&rt, &cluster, cp, worker);
 
     let out = cluster.destroy();
     assert!(out.status.success(), "destroy: {}", text(&out));
@@ -1235,6 +1236,21 @@ fn the_shared_vip_is_elected_in_etcd_and_moves_when_its_holder_goes() {
             .ok_or(format!("{m:?}"))
     });
 
+    // And it stays there: no other control plane takes it back and forth (a new certificate
+    // for the holder's new address must not restart its campaign).
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        for cp in cps.iter().filter(|c| c.name != first.name) {
+            assert_eq!(
+                has_vip(&cluster, cp, &vip),
+                cp.name == second.name,
+                "the VIP flapped to {}",
+                cp.name
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     // The rebooted node comes back and campaigns again, behind the new holder.
     let back = wait(
         Duration::from_secs(60),
@@ -1310,4 +1326,114 @@ fn the_shared_vip_is_elected_in_etcd_and_moves_when_its_holder_goes() {
         "ping the VIP after the crash: {}",
         text(&out)
     );
+}
+
+/// The bootstrap manifests on the control plane (upstream's IDs, the token Secret from the
+/// node's `cluster.token`), none on the worker; the kubelet's bootstrap kubeconfig and CA on
+/// both, 0600/0400, where `/etc/kubernetes` leads.
+fn bootstrap_manifests_and_kubelet_files(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    cp: &NodeInfo,
+    worker: &NodeInfo,
+) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let config = rt
+        .block_on(
+            cluster
+                .state(cp)
+                .get_typed::<machinery::resources::config::MachineConfigSpec>("config", "v1alpha1"),
+        )
+        .unwrap()
+        .spec
+        .0;
+    let config: serde_json::Value = serde_yaml_ng::from_str(&config).unwrap();
+    let token = config["cluster"]["token"].as_str().unwrap().to_string();
+    let (id, secret) = token.split_once('.').unwrap();
+
+    let ids = wait(Duration::from_secs(30), "the bootstrap manifests", || {
+        let list = rt
+            .block_on(
+                cluster
+                    .state(cp)
+                    .list_typed::<machinery::resources::k8s::ManifestSpec>("controlplane"),
+            )
+            .map_err(|e| e.to_string())?;
+        let ids: Vec<String> = list.iter().map(|m| m.id().to_string()).collect();
+        (ids.len() == 10).then_some(list).ok_or(format!("{ids:?}"))
+    });
+    let names: Vec<&str> = ids.iter().map(|m| m.id()).collect();
+    assert_eq!(
+        names,
+        [
+            "00-kubelet-bootstrapping-token",
+            "01-csr-approver-role-binding",
+            "01-csr-node-bootstrap",
+            "01-csr-renewal-role-binding",
+            "05-flannel",
+            "10-kube-proxy",
+            "11-core-dns",
+            "11-core-dns-svc",
+            "11-kube-config-in-cluster",
+            "11-talos-node-rbac-template",
+        ]
+    );
+    let secret_obj = &ids[0].spec.items[0];
+    assert_eq!(secret_obj["kind"], "Secret");
+    assert_eq!(
+        secret_obj["metadata"]["name"],
+        format!("bootstrap-token-{id}")
+    );
+    assert_eq!(secret_obj["stringData"]["token-secret"], secret);
+    let svc = &ids[7].spec.items[0];
+    assert_eq!(svc["spec"]["clusterIP"], "10.96.0.10", "{svc}");
+    // Through apid, by the type's name.
+    let out = cluster.talosctl(&["-n", &cp.ip, "get", "manifests"]);
+    assert!(
+        out.status.success() && text(&out).contains("11-core-dns-svc"),
+        "get manifests: {}",
+        text(&out)
+    );
+    assert!(rt
+        .block_on(
+            cluster
+                .state(worker)
+                .list_typed::<machinery::resources::k8s::ManifestSpec>("controlplane"),
+        )
+        .unwrap()
+        .is_empty());
+
+    for node in [cp, worker] {
+        let root = format!("/proc/{}/root", node.init_pid.unwrap());
+        // The image's link (absolute: read here as the node reads it).
+        assert_eq!(
+            std::fs::read_link(format!("{root}/etc/kubernetes")).unwrap(),
+            std::path::Path::new("/system/kubernetes")
+        );
+        let path = format!("{root}/system/kubernetes/bootstrap-kubeconfig");
+        let text = wait(Duration::from_secs(30), "the bootstrap kubeconfig", || {
+            std::fs::read_to_string(&path).map_err(|e| e.to_string())
+        });
+        let kc: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+        assert_eq!(kc["users"][0]["user"]["token"], token.as_str(), "{text}");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{path}");
+        let ca = format!("{root}/system/kubernetes/pki/ca.crt");
+        let pem = std::fs::read_to_string(&ca).unwrap();
+        assert!(pem.contains("BEGIN CERTIFICATE"), "{pem}");
+        assert_eq!(
+            std::fs::metadata(&ca).unwrap().permissions().mode() & 0o777,
+            0o400
+        );
+        let ca_data = kc["clusters"][0]["cluster"]["certificate-authority-data"]
+            .as_str()
+            .unwrap();
+        use base64::Engine as _;
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(ca_data)
+                .unwrap(),
+            pem.as_bytes()
+        );
+    }
 }

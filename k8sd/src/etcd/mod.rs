@@ -16,7 +16,7 @@ use cosi::ResourceSpec;
 
 /// Keeps an output as it is this cycle (upstream's "skip reconcile": inputs not ready, the
 /// output is neither changed nor removed).
-async fn keep<S: ResourceSpec>(
+pub(crate) async fn keep<S: ResourceSpec>(
     ctx: &mut Context,
     namespace: &str,
     id: &str,

@@ -47,6 +47,11 @@ pub fn files(certs: &EtcdCertsSpec) -> Vec<(&'static str, &str)> {
 /// Writes `contents` to `dir/name` atomically (a temporary file renamed over it), mode 0440;
 /// an unchanged file is left alone.
 pub fn write_file(dir: &Path, name: &str, contents: &str) -> std::io::Result<bool> {
+    write_file_mode(dir, name, contents, 0o440)
+}
+
+/// As [`write_file`], with `mode`.
+pub fn write_file_mode(dir: &Path, name: &str, contents: &str, mode: u32) -> std::io::Result<bool> {
     let path = dir.join(name);
     if std::fs::read(&path).is_ok_and(|old| old == contents.as_bytes()) {
         return Ok(false);
@@ -56,12 +61,12 @@ pub fn write_file(dir: &Path, name: &str, contents: &str) -> std::io::Result<boo
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o440)
+        .mode(mode)
         .open(&tmp)?;
     f.write_all(contents.as_bytes())?;
     f.sync_all()?;
     // The mode given to open is masked by the umask: set it exactly.
-    f.set_permissions(std::fs::Permissions::from_mode(0o440))?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
     drop(f);
     std::fs::rename(&tmp, &path)?;
     Ok(true)

@@ -211,9 +211,12 @@ async fn revoke(certs: &EtcdCertsSpec, lease: i64, peers: &[String]) -> Result<(
 struct Campaign {
     task: tokio::task::JoinHandle<()>,
     standing: watch::Receiver<Standing>,
-    /// What it was started with: a change restarts it.
+    /// The name it campaigns with: a change restarts it.
     name: String,
-    certs_version: u64,
+    /// The admin certificate it connects with next. A new one does not restart the campaign:
+    /// secretsd re-issues etcd's certificates when the node's addresses change, which the IP
+    /// itself does when it arrives, and the connection made with the old one stays valid.
+    certs: watch::Sender<EtcdCertsSpec>,
 }
 
 impl Drop for Campaign {
@@ -298,9 +301,7 @@ impl Controller for VipController {
                 !vips.contains(ip)
                     || !etcd_up
                     || spec.as_ref().is_none_or(|s| s.spec.name != c.name)
-                    || certs
-                        .as_ref()
-                        .is_none_or(|x| x.metadata.version != c.certs_version)
+                    || certs.is_none()
             })
             .map(|(ip, _)| *ip)
             .collect();
@@ -311,6 +312,17 @@ impl Controller for VipController {
             tokio::spawn(async move { holdings.release(ip).await });
         }
 
+        if let Some(certs) = &certs {
+            for c in self.campaigns.values() {
+                c.certs.send_if_modified(|x| {
+                    let changed = *x != certs.spec;
+                    if changed {
+                        x.clone_from(&certs.spec);
+                    }
+                    changed
+                });
+            }
+        }
         if let (true, Some(spec), Some(certs)) = (healthy, &spec, &certs) {
             for ip in &vips {
                 if self.campaigns.contains_key(ip) || spec.spec.name.is_empty() {
@@ -333,10 +345,11 @@ impl Controller for VipController {
                     message: "campaigning".into(),
                     ..Default::default()
                 }));
+                let (certs_tx, certs_rx) = watch::channel(certs.spec.clone());
                 let task = tokio::spawn(run(
                     *ip,
                     spec.spec.name.clone(),
-                    certs.spec.clone(),
+                    certs_rx,
                     tx,
                     self.holdings.clone(),
                     ctx.waker(),
@@ -347,7 +360,7 @@ impl Controller for VipController {
                         task,
                         standing: rx,
                         name: spec.spec.name.clone(),
-                        certs_version: certs.metadata.version,
+                        certs: certs_tx,
                     },
                 );
             }
@@ -403,13 +416,14 @@ fn update(tx: &watch::Sender<Standing>, waker: &Waker, f: impl FnOnce(&mut Stand
 async fn run(
     ip: IpAddr,
     name: String,
-    certs: EtcdCertsSpec,
+    certs: watch::Receiver<EtcdCertsSpec>,
     tx: watch::Sender<Standing>,
     holdings: Holdings,
     waker: Waker,
 ) {
     loop {
-        let why = match campaign(ip, &name, &certs, &tx, &holdings, &waker).await {
+        let current = certs.borrow().clone();
+        let why = match campaign(ip, &name, &current, &tx, &holdings, &waker).await {
             Ok(why) => why,
             Err(e) => {
                 tracing::warn!(%ip, error = %e, "VIP campaign failed");

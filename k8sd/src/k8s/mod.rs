@@ -16,7 +16,9 @@
 //! validated and served, not run; the server's status says so.
 
 pub mod args;
+pub mod files;
 pub mod kubelet;
+pub mod manifests;
 pub mod pods;
 pub mod server;
 

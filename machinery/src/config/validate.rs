@@ -527,6 +527,39 @@ fn validate_cluster(cluster: &ClusterConfig, control_plane: bool, r: &mut Report
                 }
             }
         }
+        for k in cluster.proxy.iter().flat_map(|p| p.extra_args.keys()) {
+            if k8s::PROXY_DENIED.contains(&k.as_str()) {
+                r.error(
+                    join_key("cluster.proxy.extraArgs", k),
+                    format!("extra arg {k:?} is not allowed: the node pins it"),
+                );
+            }
+        }
+        // Bootstrap manifests talos-rs does not render (the rest are rendered as
+        // controlplane/Manifests; none is applied: no API server runs yet).
+        if control_plane {
+            let not_rendered = "not applied by talos-rs: only the bootstrap manifests (flannel, kube-proxy, CoreDNS, RBAC) are rendered";
+            if !cluster.extra_manifests.is_empty() {
+                r.warn("cluster.extraManifests", not_rendered);
+            }
+            if !cluster.inline_manifests.is_empty() {
+                r.warn("cluster.inlineManifests", not_rendered);
+            }
+            let cni = cluster.network.as_ref().and_then(|n| n.cni.as_ref());
+            if cni.is_some_and(|c| !c.urls.is_empty()) {
+                r.warn("cluster.network.cni.urls", not_rendered);
+            }
+            if cni
+                .and_then(|c| c.flannel.as_ref())
+                .and_then(|f| f.kube_network_policies_enabled)
+                == Some(true)
+            {
+                r.warn(
+                    "cluster.network.cni.flannel.kubeNetworkPoliciesEnabled",
+                    "not applied by talos-rs: flannel's kube-network-policies container is not rendered",
+                );
+            }
+        }
     }
     if let Some(lifetime) = cluster
         .admin_kubeconfig

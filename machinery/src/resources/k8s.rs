@@ -301,6 +301,96 @@ impl ResourceSpec for KubeletSpecSpec {
     }
 }
 
+/// kube-proxy flags `cluster.proxy.extraArgs` may not give (upstream's deny list).
+pub const PROXY_DENIED: &[&str] = &["kubeconfig"];
+
+/// The ID of [`BootstrapManifestsConfigSpec`].
+pub const BOOTSTRAP_MANIFESTS_ID: &str = "manifests";
+
+/// What the bootstrap manifests are rendered from (`BootstrapManifestsConfigs`, namespace
+/// `controlplane`, ID `manifests`; upstream `k8s.ControlPlaneBootstrapManifestsController`),
+/// on control planes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapManifestsConfigSpec {
+    /// The API server the in-cluster kubeconfig names (the cluster endpoint).
+    pub server: String,
+    /// The cluster's DNS domain.
+    pub cluster_domain: String,
+    /// Pod CIDRs.
+    #[serde(rename = "podCIDRs", default)]
+    pub pod_cidrs: Vec<String>,
+    /// kube-proxy is deployed.
+    pub proxy_enabled: bool,
+    /// Its image.
+    #[serde(default)]
+    pub proxy_image: String,
+    /// Its flags, upstream's then the user's extra args (sorted by name).
+    #[serde(default)]
+    pub proxy_args: Vec<String>,
+    /// CoreDNS is deployed.
+    #[serde(rename = "coreDNSEnabled")]
+    pub core_dns_enabled: bool,
+    /// Its image.
+    #[serde(rename = "coreDNSImage", default)]
+    pub core_dns_image: String,
+    /// The DNS service's IPv4 address (the 10th of the first IPv4 service CIDR).
+    #[serde(rename = "dnsServiceIP", default)]
+    pub dns_service_ip: String,
+    /// The DNS service's IPv6 address.
+    #[serde(rename = "dnsServiceIPv6", default)]
+    pub dns_service_ipv6: String,
+    /// flannel is the CNI.
+    pub flannel_enabled: bool,
+    /// Its image.
+    #[serde(default)]
+    pub flannel_image: String,
+    /// Its extra flags.
+    #[serde(default)]
+    pub flannel_extra_args: Vec<String>,
+    /// `KUBERNETES_SERVICE_HOST` for flannel (KubePrism's; empty without it).
+    #[serde(default)]
+    pub flannel_kube_service_host: String,
+    /// `KUBERNETES_SERVICE_PORT` for flannel.
+    #[serde(default)]
+    pub flannel_kube_service_port: String,
+    /// flannel's backend (`vxlan`).
+    #[serde(default)]
+    pub flannel_backend_type: String,
+}
+
+impl ResourceSpec for BootstrapManifestsConfigSpec {
+    const TYPE: &'static str = "BootstrapManifestsConfigs.kubernetes.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = CONTROL_PLANE_NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, CONTROL_PLANE_NAMESPACE)
+    }
+}
+
+/// One bootstrap manifest (`Manifests`, namespace `controlplane`, IDs `00-kubelet-bootstrapping-token`,
+/// `05-flannel`, `10-kube-proxy`, `11-core-dns`…; upstream `k8s.ManifestController`): the
+/// Kubernetes objects, in order, that the control plane would create once (no API server runs
+/// on a talos-rs node yet: rendered, not applied). Sensitive: the bootstrap token's secret.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestSpec {
+    /// The objects (`apiVersion`, `kind`, `metadata`…).
+    #[serde(default)]
+    pub items: Vec<serde_json::Value>,
+}
+
+impl Eq for ManifestSpec {}
+
+impl ResourceSpec for ManifestSpec {
+    const TYPE: &'static str = "Manifests.kubernetes.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = CONTROL_PLANE_NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, CONTROL_PLANE_NAMESPACE).sensitive()
+    }
+}
+
 /// Definitions of every type of both namespaces.
 pub fn definitions() -> Vec<ResourceDefinition> {
     vec![
@@ -311,6 +401,8 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         StaticPodServerStatusSpec::definition(),
         KubeletConfigSpec::definition(),
         KubeletSpecSpec::definition(),
+        BootstrapManifestsConfigSpec::definition(),
+        ManifestSpec::definition(),
     ]
 }
 
