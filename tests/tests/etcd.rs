@@ -1000,6 +1000,14 @@ fn has_vip(cluster: &Cluster, node: &NodeInfo, ip: &str) -> bool {
     text(&out).contains(&format!("inet {ip}/32"))
 }
 
+/// One ping of `ip` from network namespace `netns`.
+fn ping(netns: &str, ip: &str) -> std::process::Output {
+    std::process::Command::new("ip")
+        .args(["netns", "exec", netns, "ping", "-c", "1", "-W", "2", ip])
+        .output()
+        .unwrap()
+}
+
 /// The MAC the cluster's network (its bridge namespace) has cached for `ip`, if any.
 fn cached_mac(netns: &str, ip: &str) -> Option<String> {
     let out = std::process::Command::new("ip")
@@ -1150,20 +1158,7 @@ fn the_shared_vip_is_elected_in_etcd_and_moves_when_its_holder_goes() {
         text(&out)
     );
     // The cluster's network reaches it, at the holder's MAC.
-    let out = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &info.netns,
-            "ping",
-            "-c",
-            "1",
-            "-W",
-            "2",
-            &vip,
-        ])
-        .output()
-        .unwrap();
+    let out = ping(&info.netns, &vip);
     assert!(out.status.success(), "ping the VIP: {}", text(&out));
     assert_eq!(
         cached_mac(&info.netns, &vip).as_deref(),
@@ -1307,20 +1302,7 @@ fn the_shared_vip_is_elected_in_etcd_and_moves_when_its_holder_goes() {
         10
     );
     assert_ne!(third.name, second.name);
-    let out = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &info.netns,
-            "ping",
-            "-c",
-            "1",
-            "-W",
-            "2",
-            &vip,
-        ])
-        .output()
-        .unwrap();
+    let out = ping(&info.netns, &vip);
     assert!(
         out.status.success(),
         "ping the VIP after the crash: {}",
