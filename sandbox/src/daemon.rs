@@ -48,6 +48,20 @@ pub fn harden() -> Result<(), HardenError> {
     nix::sys::prctl::set_dumpable(false).map_err(HardenError::Dumpable)
 }
 
+/// Limits glibc's allocator to one arena, before the runtime starts its threads. glibc gives
+/// each new thread an arena of its own (up to 8 per CPU), and every arena keeps its own free
+/// pages resident: a daemon that is idle nearly all the time and allocates little pays that in
+/// RSS on every node for nothing (measured with `init/examples/node_bench`, BENCHMARKS.md).
+/// Without glibc (musl), nothing to do.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only sets an allocator parameter; called before any other thread of
+        // this process exists. A refusal (0) leaves the default, which is still correct.
+        let _ = unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    }
+}
+
 impl Daemon {
     /// Sets up logging to stderr (init keeps it; `RUST_LOG` wins over `log_level`, an
     /// `EnvFilter` such as `info` or `networkd=debug`) and hardens the process. On a bad
@@ -73,6 +87,7 @@ impl Daemon {
             eprintln!("{name}: {e}: {}", e_source(&e));
             return Err(ExitCode::FAILURE);
         }
+        one_malloc_arena();
         Ok(Daemon { name })
     }
 
