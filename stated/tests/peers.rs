@@ -130,7 +130,8 @@ const CLIENT_OWNER: &str = "apid.GenerateClientConfiguration";
 
 /// secretsd signs, with the OS CA, whatever CSR is in `apid/ClientCertificateRequests`: with
 /// the node's own manifest, only apid's uid may write there (another daemon is refused
-/// whatever owner it names), and only apid and secretsd read the answers.
+/// whatever owner it names), and only apid and secretsd read the answers. With the same
+/// manifest none of networkd, trustd, secretsd and apid may write a VIP election (k8sd's).
 #[tokio::test(flavor = "multi_thread")]
 async fn with_the_shipped_manifest_only_apid_asks_secretsd_for_client_certificates() {
     if !testkit::require_root("it runs clients under other uids") {
@@ -346,6 +347,7 @@ async fn child_client() {
         }
         "hijack-networkd" => hijack_as_networkd(&c).await,
         "ask-for-a-client-certificate" => {
+            forge_a_vip_election(&c).await;
             // Any daemon but apid: refused, whatever owner it names; and no daemon but apid
             // (and secretsd, which signs them) reads the answers.
             let e = c
@@ -360,6 +362,7 @@ async fn child_client() {
             assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
         }
         "ask-for-a-client-certificate-as-signer" => {
+            forge_a_vip_election(&c).await;
             // secretsd reads the requests and writes the answers, but writes no request.
             let e = c
                 .create(&res("apid", CLIENT_REQUESTS, "forged", "x"), CLIENT_OWNER)
@@ -371,6 +374,7 @@ async fn child_client() {
                 .unwrap();
         }
         "apid-asks" => {
+            forge_a_vip_election(&c).await;
             c.create(&res("apid", CLIENT_REQUESTS, "real", "x"), CLIENT_OWNER)
                 .await
                 .unwrap();
@@ -387,6 +391,19 @@ async fn child_client() {
         "hijack-blockd" => hijack_as_blockd(&c).await,
         other => panic!("unknown role {other}"),
     }
+}
+
+/// A daemon other than k8sd claims a shared IP for networkd to assign (`vip/VIPElections`,
+/// networkd's only input of it): refused, whatever owner it names.
+async fn forge_a_vip_election(c: &cosi::Client) {
+    let e = c
+        .create(
+            &res("vip", "VIPElections.etcd.talos.dev", "10.5.0.200", "x"),
+            "etcd.VIPController",
+        )
+        .await
+        .expect_err("a VIP election written by another daemon than k8sd");
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
 }
 
 /// networkd (kernel-verified uid) tries to take types that are not its own.

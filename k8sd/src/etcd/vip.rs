@@ -209,7 +209,8 @@ async fn revoke(certs: &EtcdCertsSpec, lease: i64, peers: &[String]) -> Result<(
 
 /// A running campaign for one IP.
 struct Campaign {
-    task: tokio::task::JoinHandle<()>,
+    /// Aborted when the campaign is dropped.
+    _task: AbortOnDrop,
     standing: watch::Receiver<Standing>,
     /// The name it campaigns with: a change restarts it.
     name: String,
@@ -217,12 +218,6 @@ struct Campaign {
     /// secretsd re-issues etcd's certificates when the node's addresses change, which the IP
     /// itself does when it arrives, and the connection made with the old one stays valid.
     certs: watch::Sender<EtcdCertsSpec>,
-}
-
-impl Drop for Campaign {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// `etcd.VIPController`.
@@ -357,7 +352,7 @@ impl Controller for VipController {
                 self.campaigns.insert(
                     *ip,
                     Campaign {
-                        task,
+                        _task: AbortOnDrop(task),
                         standing: rx,
                         name: spec.spec.name.clone(),
                         certs: certs_tx,
