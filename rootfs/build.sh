@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the node image in one command: the image's programs (init, stated, networkd, secretsd, trustd, apid) compiled
-# statically (glibc, `-C target-feature=+crt-static`, profile `image`: release, stripped), then
-# the tree and the initramfs with mkrootfs.
+# Builds the node image in one command: the image's programs (init, stated, networkd, blockd,
+# secretsd, trustd, apid, k8sd) compiled statically (glibc, `-C target-feature=+crt-static`,
+# profile `image`: release optimized for size, stripped; see Cargo.toml), then the tree and
+# the initramfs with mkrootfs.
 #
 # The host's talosctl and mkrootfs are compiled in the same cargo invocation, profile and flags:
 # every crate they share with the daemons is compiled once (a first run used to compile them

@@ -1,30 +1,67 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building and testing talos-rs need. Idempotent and
 # non-interactive; does nothing when everything is present. Run as root.
+#
+#   scripts/install-deps.sh          everything: the test suite (scripts/test.sh), VM nodes
+#   scripts/install-deps.sh --run    only what building the image and running a local cluster
+#                                    in namespaces needs (scripts/run-local.sh): a newcomer's
+#                                    first cluster does not wait for qemu and the test tools
+#   scripts/install-deps.sh --run --vm   the same, and what VM nodes need (qemu, kmod)
 set -euo pipefail
 
+mode=all
+vm=0
+for a in "$@"; do
+  case "$a" in
+  --run) mode=run ;;
+  --vm) vm=1 ;;
+  -h | --help)
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *)
+    echo "install-deps: unknown argument $a (--run, --vm, --help)" >&2
+    exit 2
+    ;;
+  esac
+done
+
+# Building the image and running a local cluster in namespaces.
 packages=(
-  iproute2      # ip netns / ip link: tests make their own network namespaces
-  procps        # ps, pkill in test cleanup
-  dnsmasq-base  # DHCP server of networkd's kernel tests (binary only, no system service)
-  util-linux    # unshare: networkd's kernel tests give it a UTS namespace of its own; nsenter:
-                #   `talosctl cluster create` starts dnsmasq in the cluster's namespace
-  iputils-ping  # ping: the cluster tests check that nodes reach each other over the bridge
+  iproute2      # ip netns / ip link: clusters and tests make their own network namespaces
+  dnsmasq-base  # a cluster's DHCP server (binary only, no system service); networkd's kernel tests
+  util-linux    # nsenter: `talosctl cluster create` starts dnsmasq in the cluster's namespace;
+                #   unshare: networkd's kernel tests give it a UTS namespace of its own
   libc6-dev     # libc.a: rootfs/build.sh links the image's programs statically (glibc)
   git           # rootfs/build.sh: SOURCE_DATE_EPOCH defaults to the last commit's time
-  openssl       # openssl s_client: trustd's tests check TLS 1.2 is refused, TLS 1.3 verified
-  curl          # a gRPC client that is not ours: the cluster tests call apid with the talosconfig
-  qemu-system-x86  # VM nodes: Debian's stock kernel under qemu (the VM test, TCG)
-  kmod          # depmod: rootfs/kernel.sh indexes the kernel's modules for the image
-  e2fsprogs     # blockd's tests: ext4 (mkfs.ext4)
-  xfsprogs      # blockd's tests: real xfs filesystems to probe (mkfs.xfs)
-  dosfstools    # blockd's tests: vfat (mkfs.vfat)
-  fdisk         # blockd's tests: GPTs made by sfdisk
   protobuf-compiler  # protoc: the etcd-client crate (k8sd's etcd client) compiles etcd's protos
   libprotobuf-dev    # ... which import protobuf's well-known types (descriptor.proto)
+  xfsprogs      # mkfs.xfs: in the image (blockd asks init to format a system volume with it);
+                #   blockd's tests make real xfs filesystems to probe
   etcd-server   # etcd: the image carries Debian's binary, k8sd asks init to run it on control planes
   etcd-client   # etcdctl: in the image (snapshot restore on --recover-from); the tests use it too
 )
+# VM nodes (--provisioner qemu): Debian's stock kernel under qemu.
+vm_packages=(
+  qemu-system-x86  # VM nodes, TCG by default (the VM test)
+  kmod          # depmod: rootfs/kernel.sh indexes the kernel's modules for the image
+)
+# The test suite only.
+test_packages=(
+  procps        # ps, pkill in test cleanup
+  iputils-ping  # ping: the cluster tests check that nodes reach each other over the bridge
+  openssl       # openssl s_client: trustd's tests check TLS 1.2 is refused, TLS 1.3 verified
+  curl          # a gRPC client that is not ours: the cluster tests call apid with the talosconfig
+  e2fsprogs     # blockd's tests: ext4 (mkfs.ext4)
+  dosfstools    # blockd's tests: vfat (mkfs.vfat)
+  fdisk         # blockd's tests: GPTs made by sfdisk
+)
+if [ "$mode" = all ] || [ "$vm" = 1 ]; then
+  packages+=("${vm_packages[@]}")
+fi
+if [ "$mode" = all ]; then
+  packages+=("${test_packages[@]}")
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -47,7 +84,7 @@ fi
 
 # grpcio (gRPC's C-core for Python): stated's tests talk to it with a real C-core client, which
 # sends the socket path as :authority. From PyPI: Debian's python3-grpcio (1.51) predates that.
-if ! python3 -c 'import grpc' 2>/dev/null; then
+if [ "$mode" = all ] && ! python3 -c 'import grpc' 2>/dev/null; then
   echo "installing: grpcio (PyPI)"
   python3 -m pip install --quiet --root-user-action=ignore 'grpcio>=1.60' 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages 'grpcio>=1.60'

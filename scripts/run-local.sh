@@ -6,7 +6,7 @@
 #   scripts/run-local.sh [talosctl cluster create options...]
 #   scripts/run-local.sh --provisioner qemu      VMs: also fetches Debian's kernel first
 #
-# Steps: install what is missing (scripts/install-deps.sh), build the node image and talosctl in
+# Steps: install what is missing (scripts/install-deps.sh --run), build the node image and talosctl in
 # one cargo build (rootfs/build.sh: static binaries; tree and initramfs in target/rootfs,
 # talosctl in target/bin), then `talosctl cluster create`. A cluster of the same name that exists
 # already is shown, not recreated (destroy it first: target/bin/talosctl cluster destroy).
@@ -17,13 +17,19 @@ if [ "$(id -u)" != 0 ]; then
 	echo "run-local: run as root (namespaces, mounts, network links)" >&2
 	exit 1
 fi
-scripts/install-deps.sh
-# VM nodes boot Debian's kernel: fetch it (once) before the image is built with its modules.
+# VM nodes boot Debian's kernel under qemu: install it too and fetch the kernel (once) before
+# the image is built with its modules. A cluster in namespaces needs neither, nor the test
+# suite's tools (scripts/install-deps.sh without --run installs those).
+vm=()
 for a in "$@"; do
 	case "$a" in
-	qemu | --provisioner=qemu) rootfs/kernel.sh ;;
+	qemu | --provisioner=qemu) vm=(--vm) ;;
 	esac
 done
+scripts/install-deps.sh --run "${vm[@]}"
+if ((${#vm[@]})); then
+	rootfs/kernel.sh
+fi
 rootfs/build.sh
 
 talosctl=target/bin/talosctl

@@ -52,10 +52,14 @@ pub fn harden() -> Result<(), HardenError> {
 /// each new thread an arena of its own (up to 8 per CPU), and every arena keeps its own free
 /// pages resident: a daemon that is idle nearly all the time and allocates little pays that in
 /// RSS on every node for nothing (measured with `init/examples/node_bench`, BENCHMARKS.md).
-/// Without glibc (musl), nothing to do.
+/// Without glibc (musl), nothing to do. glibc's own `MALLOC_ARENA_MAX` in the environment
+/// wins (a daemon whose manifest entry sets it keeps glibc's behaviour for that setting).
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
+        if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+            return;
+        }
         // SAFETY: mallopt only sets an allocator parameter; called before any other thread of
         // this process exists. A refusal (0) leaves the default, which is still correct.
         let _ = unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };

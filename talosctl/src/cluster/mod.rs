@@ -454,8 +454,8 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
             .unwrap_or(false);
         if !found {
             anyhow::bail!(
-                "{tool} is not installed (scripts/install-deps.sh installs iproute2, \
-                 dnsmasq-base, util-linux and qemu-system-x86)"
+                "{tool} is not installed (scripts/install-deps.sh --run installs iproute2, \
+                 dnsmasq-base and util-linux; --run --vm also qemu-system-x86)"
             );
         }
     }
