@@ -43,8 +43,10 @@ declare -A total anon
 for d in stated networkd blockd secretsd trustd apid k8sd; do
 	for pid in $(pgrep -x "$d"); do
 		host=$(nsenter -t "$pid" -u hostname 2>/dev/null || echo '?')
-		r=$(kib "$pid" VmRSS)
-		a=$(smaps "$pid" Anonymous)
+		r=$(kib "$pid" VmRSS 2>/dev/null || true)
+		a=$(smaps "$pid" Anonymous 2>/dev/null || true)
+		# Gone since pgrep (a restart): not counted.
+		[ -n "$r" ] && [ -n "$a" ] || continue
 		total[$host]=$((${total[$host]:-0} + r))
 		anon[$host]=$((${anon[$host]:-0} + a))
 		awk -v d="$d" -v h="$host" -v r="$r" -v a="$a" -v p="$(kib "$pid" VmHWM)" \
