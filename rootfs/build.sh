@@ -14,12 +14,30 @@
 #   ROOTFS_STATIC=0 rootfs/build.sh    dynamically linked programs (their libraries are shipped)
 #   rootfs/kernel.sh && rootfs/build.sh  with Debian's kernel for VM nodes: its boot modules
 #                                        in the image, target/rootfs/vmlinuz beside it
+#   rootfs/build.sh programs           only the cargo build (and the talosctl link)
+#   rootfs/build.sh image              only the tree and initramfs, from programs built before
+#                                        (scripts/run-local.sh installs the packages the image
+#                                        carries, etcd and mkfs.xfs, while the programs compile)
 #
 # Reproducible: every entry gets the mtime SOURCE_DATE_EPOCH (default: the last commit's time),
 # owner 0:0 and a fixed mode; same sources, same toolchain → same bytes. Run as root so the
 # tree is owned by root (as a node expects); as another user it keeps that user's ownership.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+step=all
+case "${1:-}" in
+"") ;;
+programs | image) step="$1" ;;
+-h | --help)
+	sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+*)
+	echo "rootfs/build.sh: unknown argument $1 (programs, image, --help)" >&2
+	exit 2
+	;;
+esac
 
 out="${OUT:-target/rootfs}"
 triple="$(rustc -vV | sed -n 's/^host: //p')"
@@ -39,12 +57,19 @@ if [ "${ROOTFS_STATIC:-1}" != 0 ]; then
 	var="CARGO_TARGET_$(echo "$triple" | tr 'a-z-' 'A-Z_')_RUSTFLAGS"
 	static=("$var=${!var:-} -C target-feature=+crt-static --cfg getrandom_backend=\"linux_getrandom\"")
 fi
-echo "rootfs: building init, stated, networkd, blockd, secretsd, trustd, apid, talosctl and mkrootfs for $triple (profile image${static:+, static})" >&2
-# Only these programs (`--bin`): init's test daemon, init-testd, is not part of the image.
-env "${static[@]}" cargo build --locked --profile image --target "$triple" \
-	-p init -p stated -p networkd -p blockd -p secretsd -p trustd -p apid -p k8sd -p talosctl -p rootfs \
-	--bin init --bin stated --bin networkd --bin blockd --bin secretsd --bin trustd --bin apid --bin k8sd \
-	--bin talosctl --bin mkrootfs
+if [ "$step" != image ]; then
+	echo "rootfs: building init, stated, networkd, blockd, secretsd, trustd, apid, talosctl and mkrootfs for $triple (profile image${static:+, static})" >&2
+	# Only these programs (`--bin`): init's test daemon, init-testd, is not part of the image.
+	env "${static[@]}" cargo build --locked --profile image --target "$triple" \
+		-p init -p stated -p networkd -p blockd -p secretsd -p trustd -p apid -p k8sd -p talosctl -p rootfs \
+		--bin init --bin stated --bin networkd --bin blockd --bin secretsd --bin trustd --bin apid --bin k8sd \
+		--bin talosctl --bin mkrootfs
+	mkdir -p target/bin
+	ln -sfn "../$triple/image/talosctl" target/bin/talosctl
+fi
+if [ "$step" = programs ]; then
+	exit 0
+fi
 bin="target/$triple/image"
 # A kernel for VM nodes (rootfs/kernel.sh) when there is one: its boot modules go into the
 # image and its vmlinuz beside it.
@@ -53,6 +78,8 @@ kernel_dir="${KERNEL_DIR:-target/kernel}"
 if [ -f "$kernel_dir/vmlinuz" ]; then
 	kernel=(--kernel "$kernel_dir")
 fi
+if [ ! -x "$bin/mkrootfs" ]; then
+	echo "rootfs/build.sh: $bin/mkrootfs is missing: build the programs first (rootfs/build.sh programs)" >&2
+	exit 1
+fi
 "$bin/mkrootfs" --bin-dir "$bin" --out "$out" "${kernel[@]}"
-mkdir -p target/bin
-ln -sfn "../$triple/image/talosctl" target/bin/talosctl

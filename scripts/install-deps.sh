@@ -7,6 +7,8 @@
 #                                    in namespaces needs (scripts/run-local.sh): a newcomer's
 #                                    first cluster does not wait for qemu and the test tools
 #   scripts/install-deps.sh --run --vm   the same, and what VM nodes need (qemu, kmod)
+#   scripts/install-deps.sh --build  only what compiling the programs needs (run-local.sh
+#                                    installs the rest of --run while they compile)
 set -euo pipefail
 
 mode=all
@@ -14,28 +16,31 @@ vm=0
 for a in "$@"; do
   case "$a" in
   --run) mode=run ;;
+  --build) mode=build ;;
   --vm) vm=1 ;;
   -h | --help)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
-    echo "install-deps: unknown argument $a (--run, --vm, --help)" >&2
+    echo "install-deps: unknown argument $a (--run, --build, --vm, --help)" >&2
     exit 2
     ;;
   esac
 done
 
 # Building the image and running a local cluster in namespaces.
+build_packages=(
+  libc6-dev     # libc.a: rootfs/build.sh links the image's programs statically (glibc)
+  git           # rootfs/build.sh: SOURCE_DATE_EPOCH defaults to the last commit's time
+  protobuf-compiler  # protoc: the etcd-client crate (k8sd's etcd client) compiles etcd's protos
+  libprotobuf-dev    # ... which import protobuf's well-known types (descriptor.proto)
+)
 packages=(
   iproute2      # ip netns / ip link: clusters and tests make their own network namespaces
   dnsmasq-base  # a cluster's DHCP server (binary only, no system service); networkd's kernel tests
   util-linux    # nsenter: `talosctl cluster create` starts dnsmasq in the cluster's namespace;
                 #   unshare: networkd's kernel tests give it a UTS namespace of its own
-  libc6-dev     # libc.a: rootfs/build.sh links the image's programs statically (glibc)
-  git           # rootfs/build.sh: SOURCE_DATE_EPOCH defaults to the last commit's time
-  protobuf-compiler  # protoc: the etcd-client crate (k8sd's etcd client) compiles etcd's protos
-  libprotobuf-dev    # ... which import protobuf's well-known types (descriptor.proto)
   xfsprogs      # mkfs.xfs: in the image (blockd asks init to format a system volume with it);
                 #   blockd's tests make real xfs filesystems to probe
   etcd-server   # etcd: the image carries Debian's binary, k8sd asks init to run it on control planes
@@ -56,11 +61,16 @@ test_packages=(
   dosfstools    # blockd's tests: vfat (mkfs.vfat)
   fdisk         # blockd's tests: GPTs made by sfdisk
 )
-if [ "$mode" = all ] || [ "$vm" = 1 ]; then
-  packages+=("${vm_packages[@]}")
-fi
-if [ "$mode" = all ]; then
-  packages+=("${test_packages[@]}")
+if [ "$mode" = build ]; then
+  packages=("${build_packages[@]}")
+else
+  packages=("${build_packages[@]}" "${packages[@]}")
+  if [ "$mode" = all ] || [ "$vm" = 1 ]; then
+    packages+=("${vm_packages[@]}")
+  fi
+  if [ "$mode" = all ]; then
+    packages+=("${test_packages[@]}")
+  fi
 fi
 
 missing=()
@@ -70,8 +80,20 @@ done
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Package lists fetched in the last hour (by a --build just before) are not fetched again,
+  # unless the install does not find a package in them.
+  updated=0
+  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -60 -print -quit 2>/dev/null)" ]; then
+    apt-get update -qq
+    updated=1
+  fi
+  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+    if [ "$updated" = 1 ]; then
+      exit 1
+    fi
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
   # On a host with systemd, Debian enables and starts a system etcd on :2379: nothing here uses
   # it (nodes run their own in their namespaces), so the one just installed is stopped, disabled
   # and masked (no later upgrade or dependency starts it again and holds 2379/2380). Only then:

@@ -6,9 +6,12 @@
 #   scripts/run-local.sh [talosctl cluster create options...]
 #   scripts/run-local.sh --provisioner qemu      VMs: also fetches Debian's kernel first
 #
-# Steps: install what is missing (scripts/install-deps.sh --run), build the node image and talosctl in
-# one cargo build (rootfs/build.sh: static binaries; tree and initramfs in target/rootfs,
-# talosctl in target/bin), then `talosctl cluster create`. A cluster of the same name that exists
+# Steps: install what compiling needs if it is missing (scripts/install-deps.sh --build); compile
+# the node's programs and talosctl in one cargo build (rootfs/build.sh programs: static
+# binaries, talosctl in target/bin) while the rest of what a cluster needs is installed (--run:
+# dnsmasq, etcd, mkfs.xfs; its output in target/run-local-deps.log) and, for VMs, Debian's
+# kernel fetched; then the image (rootfs/build.sh image: tree and initramfs in target/rootfs)
+# and `talosctl cluster create`. A cluster of the same name that exists
 # already is shown, not recreated (destroy it first: target/bin/talosctl cluster destroy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,11 +29,30 @@ for a in "$@"; do
 	qemu | --provisioner=qemu) vm=(--vm) ;;
 	esac
 done
-scripts/install-deps.sh --run "${vm[@]}"
-if ((${#vm[@]})); then
-	rootfs/kernel.sh
+scripts/install-deps.sh --build
+# The packages are downloaded and unpacked while the compiler has the CPUs: off the first run's
+# critical path. The image needs them (it carries etcd and mkfs.xfs): waited for before it.
+mkdir -p target
+deps_log=target/run-local-deps.log
+(
+	scripts/install-deps.sh --run "${vm[@]}"
+	if ((${#vm[@]})); then
+		rootfs/kernel.sh
+	fi
+) >"$deps_log" 2>&1 &
+deps=$!
+if ! rootfs/build.sh programs; then
+	echo "run-local: the build failed; waiting for the package installation to finish" >&2
+	wait "$deps" || true
+	exit 1
 fi
-rootfs/build.sh
+if ! wait "$deps"; then
+	echo "run-local: installing what a cluster needs failed ($deps_log):" >&2
+	cat "$deps_log" >&2
+	exit 1
+fi
+cat "$deps_log"
+rootfs/build.sh image
 
 talosctl=target/bin/talosctl
 name=talos-default
