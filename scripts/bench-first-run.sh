@@ -6,6 +6,7 @@
 # ready cluster. Prints, from run-local's own output with each line's time: the total, when the
 # cargo build started and finished, when the last node was ready, and how many of the worker's
 # daemons `talosctl services` shows Running/OK; then destroys the cluster and removes the root.
+# The timed output is kept in target/bench-first-run-SHA.log.
 #
 #   scripts/bench-first-run.sh [COMMIT...]     default HEAD; several commits run one after another
 #
@@ -18,7 +19,7 @@ repo="$PWD"
 
 case "${1:-}" in
 -h | --help)
-	sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 esac
@@ -111,9 +112,13 @@ for c in "${commits[@]}"; do
 	in_root 'cd /root/talos-rs && s=$(date +%s%N)
 		{ scripts/run-local.sh; echo "run-local exit $?"; } 2>&1 |
 			while IFS= read -r l; do t=$((($(date +%s%N) - s) / 100000000)); printf "%d.%d %s\n" $((t / 10)) $((t % 10)) "$l"; done' >"$log" 2>&1 || true
-	in_root 'cd /root/talos-rs && target/bin/talosctl -n talos-default-worker-1 services' >>"$log" 2>&1 || true
-	in_root 'cd /root/talos-rs && target/bin/talosctl cluster destroy --name talos-default' >/dev/null 2>&1 || true
+	# (talosctl is in target/release before becf4c5, a build of its own then.)
+	t='cd /root/talos-rs && t=target/bin/talosctl && { [ -x $t ] || t=target/release/talosctl; } &&'
+	in_root "$t \$t -n talos-default-worker-1 services" >>"$log" 2>&1 || true
+	in_root "$t \$t cluster destroy --name talos-default" >/dev/null 2>&1 || true
 
+	mkdir -p "$repo/target"
+	cp "$log" "$repo/target/bench-first-run-$sha.log"
 	at() { awk -v pat="$1" 'index($0, pat) { print $1; exit }' "$log"; }
 	build_start="$(at 'rootfs: building')"
 	build_end="$(at 'Finished `image` profile')"
