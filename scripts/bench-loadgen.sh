@@ -16,8 +16,9 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = --go ]; then
 	shift
-	need=(etcd-server golang-go golang-google-grpc-dev golang-google-protobuf-dev protoc-gen-go
-		protoc-gen-go-grpc protobuf-compiler libprotobuf-dev)
+	# etcd (a systemd host's own etcd service stopped and masked), protoc and its includes.
+	scripts/install-deps.sh --run >/dev/null
+	need=(golang-go golang-google-grpc-dev golang-google-protobuf-dev protoc-gen-go protoc-gen-go-grpc)
 	missing=()
 	for p in "${need[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
