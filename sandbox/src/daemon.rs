@@ -48,22 +48,27 @@ pub fn harden() -> Result<(), HardenError> {
     nix::sys::prctl::set_dumpable(false).map_err(HardenError::Dumpable)
 }
 
-/// Limits glibc's allocator to one arena, before the runtime starts its threads. glibc gives
-/// each new thread an arena of its own (up to 8 per CPU), and every arena keeps its own free
-/// pages resident: a daemon that is idle nearly all the time and allocates little pays that in
-/// RSS on every node for nothing (measured with `init/examples/node_bench`, BENCHMARKS.md).
+/// Caps glibc's allocator at one arena per worker thread of the runtime, before the runtime
+/// starts them. glibc gives each new thread that finds the arenas busy an arena of its own (up
+/// to 8 per CPU), and every arena keeps its own free pages resident: an idle daemon pays that in
+/// RSS on every node for nothing. One arena in all saved 0.9 MiB over the seven daemons but made
+/// the worker threads wait for each other's allocations: networkd took ~1.3x the CPU to converge
+/// 1000 addresses and routes (BENCHMARKS.md, "networkd"); one per worker cost nothing measurable.
 /// Without glibc (musl), nothing to do. glibc's own `MALLOC_ARENA_MAX` in the environment
 /// wins (a daemon whose manifest entry sets it keeps glibc's behaviour for that setting).
-fn one_malloc_arena() {
+fn cap_malloc_arenas(workers: usize) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
             return;
         }
-        // SAFETY: mallopt only sets an allocator parameter; called before any other thread of
-        // this process exists. A refusal (0) leaves the default, which is still correct.
-        let _ = unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+        let n = libc::c_int::try_from(workers.max(1)).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only sets an allocator parameter (under glibc's own lock); called
+        // before the runtime's threads exist. A refusal (0) leaves the default, still correct.
+        let _ = unsafe { libc::mallopt(libc::M_ARENA_MAX, n) };
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = workers;
 }
 
 impl Daemon {
@@ -91,7 +96,6 @@ impl Daemon {
             eprintln!("{name}: {e}: {}", e_source(&e));
             return Err(ExitCode::FAILURE);
         }
-        one_malloc_arena();
         Ok(Daemon { name })
     }
 
@@ -123,6 +127,10 @@ impl Daemon {
         if let Some(n) = worker_threads {
             b.worker_threads(n);
         }
+        // tokio's default: one worker per CPU.
+        cap_malloc_arenas(worker_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }));
         let rt = match b.enable_all().build() {
             Ok(rt) => rt,
             Err(e) => {
