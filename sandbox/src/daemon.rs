@@ -219,4 +219,96 @@ mod tests {
         assert!(take_fd(Some(1)).unwrap_err().contains("stdio"));
         assert!(take_fd(Some(987_654)).unwrap_err().contains("not open"));
     }
+
+    /// The arenas glibc's allocator has now (`<heap nr=...>` in `malloc_info`).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn malloc_arenas() -> usize {
+        let mut buf: *mut libc::c_char = std::ptr::null_mut();
+        let mut len: libc::size_t = 0;
+        // SAFETY: open_memstream allocates the buffer it returns in `buf` (freed below, after
+        // fclose, as its manual says); malloc_info writes into that stream.
+        let xml = unsafe {
+            let f = libc::open_memstream(&mut buf, &mut len);
+            assert!(!f.is_null(), "open_memstream failed");
+            assert_eq!(libc::malloc_info(0, f), 0, "malloc_info failed");
+            libc::fclose(f);
+            let xml = std::slice::from_raw_parts(buf.cast::<u8>(), len).to_vec();
+            libc::free(buf.cast());
+            xml
+        };
+        String::from_utf8_lossy(&xml).matches("<heap nr=").count()
+    }
+
+    /// Run in a process of its own by `arenas_are_capped_at_the_workers`: caps the arenas at 2
+    /// (unless `ARENA_TEST_NO_CAP`), starts 8 threads that each allocate, and prints how many
+    /// arenas glibc made.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    #[ignore = "run by arenas_are_capped_at_the_workers in a process of its own"]
+    fn arena_child() {
+        if std::env::var_os("ARENA_TEST_NO_CAP").is_none() {
+            cap_malloc_arenas(2);
+        }
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    // Above glibc's per-thread cache, so that the arena itself is used.
+                    let v: Vec<Vec<u8>> = (0..64).map(|i| vec![1u8; 4096 + i * 512]).collect();
+                    barrier.wait();
+                    v.len()
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("allocating thread");
+        }
+        println!("ARENAS {}", malloc_arenas());
+    }
+
+    /// What a daemon's process gets: at most one arena per worker thread, whatever its threads
+    /// allocate; `MALLOC_ARENA_MAX` in the environment wins; without the cap glibc makes more
+    /// (so the first check can fail).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn arenas_are_capped_at_the_workers() {
+        let run = |env: &[(&str, &str)]| -> usize {
+            let exe = std::env::current_exe().expect("test binary");
+            let mut cmd = std::process::Command::new(exe);
+            cmd.args([
+                "--exact",
+                "daemon::tests::arena_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env_remove("MALLOC_ARENA_MAX")
+            .env_remove("ARENA_TEST_NO_CAP");
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            let out = cmd.output().expect("run the child test");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "child failed: {stdout}");
+            stdout
+                .lines()
+                .find_map(|l| l.split_once("ARENAS ")) // after libtest's "test ... "
+                .and_then(|(_, n)| n.split_whitespace().next()?.parse().ok())
+                .unwrap_or_else(|| panic!("no arena count in: {stdout}"))
+        };
+        let capped = run(&[]);
+        assert_eq!(
+            capped, 2,
+            "one arena per worker thread: not fewer, not more"
+        );
+        let uncapped = run(&[("ARENA_TEST_NO_CAP", "1")]);
+        assert!(uncapped > 2, "without the cap glibc made only {uncapped}");
+        let from_env = run(&[("MALLOC_ARENA_MAX", "4")]);
+        assert!(
+            from_env > 2 && from_env <= 4,
+            "MALLOC_ARENA_MAX=4 gave {from_env}"
+        );
+    }
 }
