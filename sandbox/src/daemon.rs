@@ -51,9 +51,10 @@ pub fn harden() -> Result<(), HardenError> {
 /// Caps glibc's allocator at one arena per worker thread of the runtime, before the runtime
 /// starts them. glibc gives each new thread an arena of its own (up to 8 per CPU: 10 for a
 /// process of 9 threads on 2 CPUs, see the test), and every arena keeps its own free pages
-/// resident: an idle daemon pays that in RSS on every node for nothing. One arena in all saved 0.9 MiB over the seven daemons but made
-/// the worker threads wait for each other's allocations: networkd took ~1.3x the CPU to converge
-/// 1000 addresses and routes (BENCHMARKS.md, "networkd"); one per worker cost nothing measurable.
+/// resident: an idle daemon pays that in RSS on every node for nothing. One arena in all saved
+/// 0.9 MiB over the seven daemons but made the worker threads wait for each other's
+/// allocations: networkd took ~1.3x the CPU to converge 1000 addresses and routes
+/// (BENCHMARKS.md, "networkd"); one per worker cost nothing measurable.
 /// Without glibc (musl), nothing to do. glibc's own `MALLOC_ARENA_MAX` in the environment
 /// wins (a daemon whose manifest entry sets it keeps glibc's behaviour for that setting).
 fn cap_malloc_arenas(workers: usize) {
