@@ -24,7 +24,7 @@ if ((${#need[@]})); then
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-cargo build --release -p stated -p bench
+scripts/bench-build.sh
 
 # Both brokers keep their data on tmpfs: /dev/shm, or a tmpfs mounted for the run.
 tmpfs="${BENCH_TMPFS:-/dev/shm}"

@@ -11,7 +11,7 @@
 #
 #   scripts/bench-fast-paths.sh [--skip NAME,...]   NAME: broker, go, python, networkd, node
 #
-# Needs root (as each of them). About 30 minutes on 2 CPUs after the builds. Each part's output
+# Needs root (as each of them). About 30 minutes on 2 CPUs after the build. Each part's output
 # goes to target/bench-fast-paths-<commit>/<name>.txt with the commit, the time and the load
 # before it; a part that fails is reported and the others still run (the exit code says so).
 # Run nothing else meanwhile: every figure is a ratio against a peer run in the same minutes,
@@ -66,24 +66,19 @@ part() {
 	echo "# ended $(date -u '+%F %T UTC')" >>"$out/$name.txt"
 }
 
+# One build of everything first (scripts/bench-build.sh: the one cargo package set every bench
+# script builds, so that each builds nothing more and no figure shares the machine with a compiler).
+if ! scripts/bench-build.sh; then
+	echo "bench-fast-paths: the build failed" >&2
+	exit 1
+fi
 part broker broker scripts/bench-broker.sh --rounds 3
 part go go-omit-old scripts/bench-loadgen.sh --go -rounds 3 -omit-old
 part go go scripts/bench-loadgen.sh --go -rounds 3
 part python python-omit-old scripts/bench-loadgen.sh --rounds 3 --omit-old
 part python python scripts/bench-loadgen.sh --rounds 3
 part networkd networkd scripts/bench-networkd.sh
-# Each script above builds what it runs (its own cargo package set, so its own feature
-# unification: stated is rebuilt between parts) before it measures; node_bench needs every
-# daemon of the manifest.
-case "$skip" in *",node,"*) ;; *)
-	if cargo build --release -p init -p stated -p networkd -p blockd -p secretsd -p trustd \
-		-p apid -p k8sd --bins --examples; then
-		part node node target/release/examples/node_bench 20
-	else
-		failed+=("node (build)")
-	fi
-	;;
-esac
+part node node target/release/examples/node_bench 20
 
 if ((${#failed[@]})); then
 	echo "bench-fast-paths: failed: ${failed[*]} (outputs in $out)" >&2

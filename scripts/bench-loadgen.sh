@@ -41,7 +41,7 @@ if [ "${1:-}" = --go ]; then
 		--go-grpc_opt="$etcd" etcd/api/mvccpb/kv.proto etcd/api/etcdserverpb/rpc.proto
 	GO111MODULE=off GOPATH="$gp:/usr/share/gocode" GOCACHE="$PWD/target/loadgen-go/cache" \
 		go build -o target/loadgen-go/loadgen-go loadgen
-	cargo build --release -p stated
+	scripts/bench-build.sh
 	echo "bench-loadgen: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(go version)" >&2
 	target/loadgen-go/loadgen-go -stated target/release/stated -etcd "$(command -v etcd)" \
 		-json target/loadgen-go.json "$@" | tee target/loadgen-go.txt
@@ -59,7 +59,7 @@ if ! python3 -c 'import grpc_tools' 2>/dev/null; then
 	python3 -m pip install --quiet --root-user-action=ignore 'grpcio-tools>=1.60' 2>/dev/null ||
 		python3 -m pip install --quiet --break-system-packages 'grpcio-tools>=1.60'
 fi
-cargo build --release -p stated
+scripts/bench-build.sh
 mkdir -p target
 echo "bench-loadgen: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 python3 bench/loadgen/loadgen.py --stated target/release/stated --etcd "$(command -v etcd)" \

@@ -30,7 +30,7 @@ if ((${#need[@]})); then
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-cargo build --release -p networkd -p stated -p bench
+scripts/bench-build.sh
 
 bench_pid=""
 # What a run that could not clean up itself (SIGKILL) may leave: namespaces and temporary
