@@ -12,7 +12,14 @@
 //!   gratuitous ARP on an Ethernet link ([`crate::arp`]).
 //!
 //! Unlike upstream, the controller also watches the address groups, so an address deleted behind
-//! networkd's back is restored at once rather than on the next link event.
+//! networkd's back is restored at once rather than on the next link event. A pass looks the
+//! kernel's addresses up by link and prefix (not a scan per spec) and has up to
+//! [`super::route_spec::IN_FLIGHT`] netlink requests outstanding.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use futures::StreamExt;
 
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
 use machinery::resources::network::{AddressFlags, AddressSpec, AddressSpecSpec, NAMESPACE};
@@ -57,9 +64,7 @@ impl Controller for AddressSpecController {
             .connect(&ctx.waker())
             .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
             .clone();
-        let mut specs = ctx.list::<AddressSpecSpec>(NAMESPACE).await?;
-        // Teardowns first, so that a replaced address is gone before its successor comes.
-        specs.sort_by_key(|s| s.metadata.phase == Phase::Running);
+        let specs = ctx.list::<AddressSpecSpec>(NAMESPACE).await?;
         let links = nl
             .links()
             .await
@@ -69,27 +74,53 @@ impl Controller for AddressSpecController {
             .await
             .map_err(|e| ReconcileError::failed("list addresses", e))?;
         ctx.add_finalizers(&specs, NAME).await?;
+        let index = AddressIndex::new(&addresses);
         let mut errors = Vec::new();
-        for spec in &specs {
-            let result = match spec.metadata.phase {
-                Phase::TearingDown => teardown(ctx, &nl, spec, &links, &addresses).await,
-                Phase::Running => converge(&nl, &spec.spec, &links, &addresses).await,
-            };
-            if let Err(e) = result {
+        // Teardowns first, one by one, so that a replaced address is gone before its successor
+        // comes; then every running spec, many requests in flight.
+        for spec in specs
+            .iter()
+            .filter(|s| s.metadata.phase == Phase::TearingDown)
+        {
+            if let Err(e) = teardown(ctx, &nl, spec, &links, &index).await {
                 errors.push(e);
             }
         }
+        // Futures made up front: a closure in the stream's type trips the compiler's `Send`
+        // check of this `async fn` (rust-lang/rust#102211).
+        let passes: Vec<_> = specs
+            .iter()
+            .filter(|s| s.metadata.phase == Phase::Running)
+            .map(|s| converge(&nl, &s.spec, &links, &index))
+            .collect();
+        let results: Vec<_> = futures::stream::iter(passes)
+            .buffer_unordered(super::route_spec::IN_FLIGHT)
+            .collect()
+            .await;
+        errors.extend(results.into_iter().filter_map(Result::err));
         aggregate("addresses", errors)
     }
 }
 
-/// The kernel address a spec describes, on `link`.
-fn find<'a>(addresses: &'a [Address], link: &Link, s: &AddressSpecSpec) -> Option<&'a Address> {
-    addresses.iter().find(|a| {
-        a.index == link.index
-            && a.prefix_len == s.address.prefix_len()
-            && a.address == s.address.addr()
-    })
+/// The kernel's addresses by link index, address and prefix length.
+struct AddressIndex<'a>(HashMap<(u32, IpAddr, u8), &'a Address>);
+
+impl<'a> AddressIndex<'a> {
+    fn new(addresses: &'a [Address]) -> Self {
+        let mut map = HashMap::with_capacity(addresses.len());
+        for a in addresses {
+            // The first of duplicates, as a scan would find.
+            map.entry((a.index, a.address, a.prefix_len)).or_insert(a);
+        }
+        Self(map)
+    }
+
+    /// The kernel address a spec describes, on `link`.
+    fn find(&self, link: &Link, s: &AddressSpecSpec) -> Option<&'a Address> {
+        self.0
+            .get(&(link.index, s.address.addr(), s.address.prefix_len()))
+            .copied()
+    }
 }
 
 /// Whether the kernel address already is what the spec asks for.
@@ -104,12 +135,12 @@ async fn teardown(
     nl: &netlink::Netlink,
     spec: &AddressSpec,
     links: &[Link],
-    addresses: &[Address],
+    index: &AddressIndex<'_>,
 ) -> Result<(), ReconcileError> {
     let s = &spec.spec;
     // A missing link took its addresses with it.
     if let Some(link) = netlink::resolve_link(links, &s.link_name, false) {
-        if let Some(a) = find(addresses, link, s) {
+        if let Some(a) = index.find(link, s) {
             if a.is_owned() {
                 match nl.delete_address(a).await {
                     Ok(()) => {
@@ -137,13 +168,13 @@ async fn converge(
     nl: &netlink::Netlink,
     s: &AddressSpecSpec,
     links: &[Link],
-    addresses: &[Address],
+    index: &AddressIndex<'_>,
 ) -> Result<(), ReconcileError> {
     let Some(link) = netlink::resolve_link(links, &s.link_name, false) else {
         tracing::debug!(link = %s.link_name, address = %s.address, "link missing");
         return Ok(());
     };
-    if let Some(a) = find(addresses, link, s) {
+    if let Some(a) = index.find(link, s) {
         if matches(a, s) {
             return Ok(());
         }

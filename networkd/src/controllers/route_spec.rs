@@ -11,8 +11,14 @@
 //! - Routes without a gateway go first, so the `/32` link-scope route to an off-subnet gateway
 //!   exists before the default route through it (upstream #4320). ENETUNREACH and friends fail
 //!   the pass, which is retried with backoff and on every route or link event.
+//! - A pass looks the kernel's routes up by their identity (not a scan per spec) and has up to
+//!   [`IN_FLIGHT`] netlink requests outstanding: the routes without a gateway all at once, then
+//!   those with one.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
+
+use futures::StreamExt;
 
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
 use machinery::resources::network::{
@@ -28,6 +34,11 @@ pub const NAME: &str = "network.RouteSpecController";
 
 /// How soon a route whose gateway is unreachable is tried again without a route event.
 pub const UNREACHABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Netlink requests outstanding at once in a pass. The kernel handles each in `sendto`; having
+/// many queued saves a wake-up of this task and of the connection's per route, and the acks
+/// (a header each) fit the socket's receive buffer many times over.
+pub const IN_FLIGHT: usize = 32;
 
 /// The outcome of converging one route.
 #[derive(Debug, PartialEq, Eq)]
@@ -78,24 +89,48 @@ impl Controller for RouteSpecController {
             .links()
             .await
             .map_err(|e| ReconcileError::failed("list links", e))?;
-        let mut routes = nl
+        let routes = nl
             .routes()
             .await
             .map_err(|e| ReconcileError::failed("list routes", e))?;
         ctx.add_finalizers(&specs, NAME).await?;
         let mut errors = Vec::new();
         let mut unreachable = false;
-        for spec in &specs {
-            let result = match spec.metadata.phase {
-                Phase::TearingDown => teardown(ctx, &nl, spec, &links, &routes)
-                    .await
-                    .map(|()| Applied::Done),
-                Phase::Running => converge(&nl, &spec.spec, &links, &mut routes).await,
-            };
-            match result {
-                Ok(Applied::Done) => {}
-                Ok(Applied::Unreachable) => unreachable = true,
-                Err(e) => errors.push(e),
+        // Teardowns first, one by one (rare, and each removes a finalizer).
+        for spec in specs
+            .iter()
+            .filter(|s| s.metadata.phase == Phase::TearingDown)
+        {
+            if let Err(e) = teardown(ctx, &nl, spec, &links, &routes).await {
+                errors.push(e);
+            }
+        }
+        let index = RouteIndex::new(&routes);
+        // Then the routes without a gateway, all at once, then those with one (`specs` is
+        // sorted so): a gateway must be reachable through the former.
+        let running: Vec<&RouteSpecSpec> = specs
+            .iter()
+            .filter(|s| s.metadata.phase == Phase::Running)
+            .map(|s| &s.spec)
+            .collect();
+        let split = running.partition_point(|s| s.gateway.is_none());
+        for wave in [&running[..split], &running[split..]] {
+            // Futures made up front: a closure in the stream's type trips the compiler's
+            // `Send` check of this `async fn` (rust-lang/rust#102211).
+            let passes: Vec<_> = wave
+                .iter()
+                .map(|s| converge(&nl, s, &links, &index))
+                .collect();
+            let results: Vec<_> = futures::stream::iter(passes)
+                .buffer_unordered(IN_FLIGHT)
+                .collect()
+                .await;
+            for result in results {
+                match result {
+                    Ok(Applied::Done) => {}
+                    Ok(Applied::Unreachable) => unreachable = true,
+                    Err(e) => errors.push(e),
+                }
             }
         }
         match aggregate("routes", errors)? {
@@ -103,6 +138,75 @@ impl Controller for RouteSpecController {
             _ if unreachable => Ok(Action::RequeueAfter(UNREACHABLE_RETRY)),
             action => Ok(action),
         }
+    }
+}
+
+/// The kernel's identity of a route: family, table, destination, gateway and metric (what
+/// [`is_match`] compares).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct RouteKey {
+    family: u8,
+    table: u32,
+    dst: Option<IpAddr>,
+    dst_len: u8,
+    gateway: Option<IpAddr>,
+    priority: u32,
+}
+
+impl RouteKey {
+    fn of(r: &Route) -> Self {
+        Self {
+            family: r.family,
+            table: r.table,
+            dst: if r.dst_len == 0 { None } else { r.dst },
+            dst_len: r.dst_len,
+            gateway: r.gateway,
+            priority: r.priority,
+        }
+    }
+
+    /// The keys of the kernel routes a spec matches: one, or two for an IPv6 spec of metric 0
+    /// (the kernel's 1024 too).
+    fn of_spec(s: &RouteSpecSpec) -> impl Iterator<Item = Self> {
+        let family = family(s);
+        let (dst, dst_len) = match s.destination {
+            Some(d) if d.prefix_len() != 0 => (Some(d.addr()), d.prefix_len()),
+            Some(_) | None => (None, 0),
+        };
+        let key = Self {
+            family,
+            table: table(s),
+            dst,
+            dst_len,
+            gateway: s.gateway,
+            priority: s.priority,
+        };
+        let v6_default = family == Family::Inet6.number() && s.priority == 0;
+        std::iter::once(key).chain(v6_default.then_some(Self {
+            priority: DEFAULT_ROUTE_METRIC,
+            ..key
+        }))
+    }
+}
+
+/// The kernel's routes by identity.
+struct RouteIndex<'a>(HashMap<RouteKey, Vec<&'a Route>>);
+
+impl<'a> RouteIndex<'a> {
+    fn new(routes: &'a [Route]) -> Self {
+        let mut map: HashMap<RouteKey, Vec<&'a Route>> = HashMap::with_capacity(routes.len());
+        for r in routes {
+            map.entry(RouteKey::of(r)).or_default().push(r);
+        }
+        Self(map)
+    }
+
+    /// The routes that match a spec ([`is_match`]), in the kernel's order within a key.
+    fn matches(&self, s: &RouteSpecSpec) -> impl Iterator<Item = &'a Route> + '_ {
+        RouteKey::of_spec(s)
+            .filter_map(|k| self.0.get(&k))
+            .flatten()
+            .copied()
     }
 }
 
@@ -190,7 +294,7 @@ async fn converge(
     nl: &netlink::Netlink,
     s: &RouteSpecSpec,
     links: &[Link],
-    routes: &mut Vec<Route>,
+    index: &RouteIndex<'_>,
 ) -> Result<Applied, ReconcileError> {
     let id = s.id();
     let oif = if s.out_link_name.is_empty() {
@@ -206,21 +310,20 @@ async fn converge(
     };
     let mut kept = false;
     let mut stale = Vec::new();
-    for r in routes.iter().filter(|r| is_match(r, s)) {
+    for r in index.matches(s) {
         if !kept && is_equal(r, s, oif) {
             kept = true;
         } else {
-            stale.push(r.clone());
+            stale.push(r);
         }
     }
-    for r in &stale {
+    for r in stale {
         tracing::info!(route = %id, "route differs from its spec, replacing");
         match nl.delete_route(r).await {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(ReconcileError::failed(format!("delete route {id}"), e)),
         }
-        routes.retain(|x| x != r);
     }
     if kept {
         return Ok(Applied::Done);
@@ -254,7 +357,6 @@ async fn converge(
     match nl.add_route(&route).await {
         Ok(()) => {
             tracing::info!(route = %id, "route added");
-            routes.push(route);
             Ok(Applied::Done)
         }
         Err(e) if e.is_exists() => Ok(Applied::Done),
@@ -322,6 +424,77 @@ mod tests {
         );
         r.oif = 4;
         assert!(!is_equal(&r, &s, 3));
+    }
+
+    /// The index finds exactly what a scan with [`is_match`] finds, for specs that differ from
+    /// the kernel's routes in each part of the identity (in the kernel's order: no spec here
+    /// matches routes under both of an IPv6 metric-0 spec's keys).
+    #[test]
+    fn the_index_agrees_with_a_scan() {
+        let base = default_route();
+        let mut routes = Vec::new();
+        let mut specs = Vec::new();
+        for (i, gw) in ["10.0.0.1", "10.0.0.2"].iter().enumerate() {
+            for priority in [0, 100, 1024] {
+                for table in [254, 100] {
+                    let mut s = RouteSpecSpec {
+                        gateway: Some(gw.parse().expect("ip")),
+                        priority,
+                        table: RoutingTable(table),
+                        ..base.clone()
+                    };
+                    s.normalize();
+                    let mut r = kernel(&s);
+                    r.priority = priority;
+                    r.table = table;
+                    r.oif = 3 + i as u32;
+                    routes.push(r.clone());
+                    // A duplicate of another type: both match.
+                    r.kind = 2;
+                    routes.push(r);
+                    specs.push(s);
+                }
+            }
+        }
+        for (dst, prio) in [
+            ("2001:db8::/64", 1024),
+            ("2001:db8::/64", 0),
+            ("2001:db8:1::/64", 0),
+        ] {
+            let mut v6 = RouteSpecSpec {
+                family: Family::Inet6,
+                destination: Some(dst.parse().expect("prefix")),
+                priority: prio,
+                ..RouteSpecSpec::default()
+            };
+            v6.normalize();
+            specs.push(v6);
+        }
+        routes.push(Route {
+            family: 10,
+            dst: Some("2001:db8::".parse().expect("ip")),
+            dst_len: 64,
+            priority: 1024,
+            gateway: None,
+            ..kernel(&base)
+        });
+        // A default route with a zero destination address, as some kernels report it.
+        routes.push(Route {
+            dst: Some("0.0.0.0".parse().expect("ip")),
+            ..kernel(&base)
+        });
+        let index = RouteIndex::new(&routes);
+        let mut found = 0;
+        for s in &specs {
+            let scanned: Vec<&Route> = routes.iter().filter(|r| is_match(r, s)).collect();
+            let indexed: Vec<&Route> = index.matches(s).collect();
+            assert_eq!(indexed, scanned, "spec {s:?}");
+            found += scanned.len();
+        }
+        assert!(
+            found > specs.len(),
+            "the cases must match something ({found})"
+        );
     }
 
     #[test]
