@@ -14,19 +14,17 @@
 //! Unlike upstream, the controller also watches the address groups, so an address deleted behind
 //! networkd's back is restored at once rather than on the next link event. A pass looks the
 //! kernel's addresses up by link and prefix (not a scan per spec) and has up to
-//! [`super::route_spec::IN_FLIGHT`] netlink requests outstanding.
+//! [`IN_FLIGHT`](super::link_spec::IN_FLIGHT) netlink requests outstanding.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-
-use futures::StreamExt;
 
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
 use machinery::resources::network::{AddressFlags, AddressSpec, AddressSpecSpec, NAMESPACE};
 
 use crate::netlink::{self, watch, Address, AddressAdd, Kernel, Link};
 
-use super::link_spec::aggregate;
+use super::link_spec::{aggregate, in_flight};
 
 /// The owner and finalizer name.
 pub const NAME: &str = "network.AddressSpecController";
@@ -86,17 +84,11 @@ impl Controller for AddressSpecController {
                 errors.push(e);
             }
         }
-        // Futures made up front: a closure in the stream's type trips the compiler's `Send`
-        // check of this `async fn` (rust-lang/rust#102211).
-        let passes: Vec<_> = specs
+        let passes = specs
             .iter()
             .filter(|s| s.metadata.phase == Phase::Running)
-            .map(|s| converge(&nl, &s.spec, &links, &index))
-            .collect();
-        let results: Vec<_> = futures::stream::iter(passes)
-            .buffer_unordered(super::route_spec::IN_FLIGHT)
-            .collect()
-            .await;
+            .map(|s| converge(&nl, &s.spec, &links, &index));
+        let results = in_flight(passes.collect()).await;
         errors.extend(results.into_iter().filter_map(Result::err));
         aggregate("addresses", errors)
     }

@@ -116,6 +116,24 @@ pub(crate) fn aggregate(what: &str, errors: Vec<ReconcileError>) -> Result<Actio
     }
 }
 
+/// Netlink requests a spec controller keeps outstanding at once in a pass. The kernel handles
+/// each in `sendto`; having many queued saves a wake-up of the controller and of the
+/// connection's task per object, and 32 acknowledgements (a header each, the request too when
+/// it failed) fit the socket's receive buffer many times over.
+pub(crate) const IN_FLIGHT: usize = 32;
+
+/// Runs a pass's per-object requests with up to [`IN_FLIGHT`] at once; the results in the
+/// order they finish. The futures are made by the caller up front: a closure mapping borrowed
+/// specs inside the stream's type trips the compiler's `Send` check of the controller's
+/// `async fn` (rust-lang/rust#89976).
+pub(crate) async fn in_flight<F: std::future::Future>(passes: Vec<F>) -> Vec<F::Output> {
+    use futures::StreamExt;
+    futures::stream::iter(passes)
+        .buffer_unordered(IN_FLIGHT)
+        .collect()
+        .await
+}
+
 async fn list(nl: &netlink::Netlink) -> Result<Vec<Link>, ReconcileError> {
     nl.links()
         .await

@@ -12,13 +12,11 @@
 //!   exists before the default route through it (upstream #4320). ENETUNREACH and friends fail
 //!   the pass, which is retried with backoff and on every route or link event.
 //! - A pass looks the kernel's routes up by their identity (not a scan per spec) and has up to
-//!   [`IN_FLIGHT`] netlink requests outstanding: the routes without a gateway all at once, then
+//!   [`IN_FLIGHT`](super::link_spec::IN_FLIGHT) netlink requests outstanding: the routes without a gateway all at once, then
 //!   those with one.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-
-use futures::StreamExt;
 
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
 use machinery::resources::network::{
@@ -27,18 +25,13 @@ use machinery::resources::network::{
 
 use crate::netlink::{self, watch, Kernel, Link, Route};
 
-use super::link_spec::aggregate;
+use super::link_spec::{aggregate, in_flight};
 
 /// The owner and finalizer name.
 pub const NAME: &str = "network.RouteSpecController";
 
 /// How soon a route whose gateway is unreachable is tried again without a route event.
 pub const UNREACHABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Netlink requests outstanding at once in a pass. The kernel handles each in `sendto`; having
-/// many queued saves a wake-up of this task and of the connection's per route, and the acks
-/// (a header each) fit the socket's receive buffer many times over.
-pub const IN_FLIGHT: usize = 32;
 
 /// The outcome of converging one route.
 #[derive(Debug, PartialEq, Eq)]
@@ -115,16 +108,8 @@ impl Controller for RouteSpecController {
             .collect();
         let split = running.partition_point(|s| s.gateway.is_none());
         for wave in [&running[..split], &running[split..]] {
-            // Futures made up front: a closure in the stream's type trips the compiler's
-            // `Send` check of this `async fn` (rust-lang/rust#102211).
-            let passes: Vec<_> = wave
-                .iter()
-                .map(|s| converge(&nl, s, &links, &index))
-                .collect();
-            let results: Vec<_> = futures::stream::iter(passes)
-                .buffer_unordered(IN_FLIGHT)
-                .collect()
-                .await;
+            let passes = wave.iter().map(|s| converge(&nl, s, &links, &index));
+            let results = in_flight(passes.collect()).await;
             for result in results {
                 match result {
                     Ok(Applied::Done) => {}
