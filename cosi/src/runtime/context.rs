@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::client::{BatchWrite, Client, Query};
 use crate::error::{ErrorKind, StateError};
 use crate::resource::{Phase, Pointer, RawResource, Resource, ResourceSpec};
+use crate::runtime::cache::KindCache;
 use crate::runtime::controller::{Input, InputKind, Output};
 use crate::runtime::error::ReconcileError;
 
@@ -27,7 +28,7 @@ enum Attempt {
 }
 
 /// A (namespace, type) pair.
-type Kind = (String, String);
+pub(crate) type Kind = (String, String);
 
 /// The controller's access to stated during a reconcile.
 ///
@@ -57,6 +58,9 @@ pub struct Context {
     listed_strong: std::sync::Mutex<std::collections::HashMap<Pointer, RawResource>>,
     /// Wakes the controller from outside stated.
     waker: Waker,
+    /// The runtime's memory of the cached output kinds ([`Output::cached`]): once complete, it
+    /// stands for this cycle's view of the kind (no List).
+    caches: std::collections::HashMap<Kind, Arc<KindCache>>,
 }
 
 /// Wakes a controller from outside stated (kernel events, a worker task's news), coalesced with
@@ -110,7 +114,26 @@ impl Context {
             pending: BTreeSet::new(),
             listed_strong: std::sync::Mutex::default(),
             waker: Waker::default(),
+            caches: std::collections::HashMap::new(),
         }
+    }
+
+    /// Sets the caches of the controller's cached output kinds.
+    pub(crate) fn with_caches(
+        mut self,
+        caches: impl IntoIterator<Item = (Kind, Arc<KindCache>)>,
+    ) -> Self {
+        self.caches = caches.into_iter().collect();
+        self
+    }
+
+    /// The cache standing for this cycle's view of `kind`: only if the cycle has not listed the
+    /// kind itself (it keeps to one view per cycle) and the cache is complete.
+    fn cache_view(&self, kind: &Kind) -> Option<&Arc<KindCache>> {
+        if self.seen.contains_key(kind) {
+            return None;
+        }
+        self.caches.get(kind).filter(|c| c.is_ready())
     }
 
     /// Sets the channel external wake-ups go to.
@@ -178,6 +201,9 @@ impl Context {
         id: &str,
     ) -> Result<Option<RawResource>, ReconcileError> {
         self.check_read(namespace, r#type, Some(id))?;
+        if let Some(cached) = self.cached_read(namespace, r#type, |m| m.get(id).cloned()) {
+            return Ok(cached);
+        }
         match self.client.get(namespace, r#type, id).await {
             Ok(r) => Ok(Some(r)),
             Err(e) if e.is_not_found() => Ok(None),
@@ -197,6 +223,15 @@ impl Context {
         query: &Query,
     ) -> Result<Vec<RawResource>, ReconcileError> {
         self.check_read(namespace, r#type, None)?;
+        if query.labels.is_empty() && query.id_regexp.is_none() {
+            if let Some(listed) = self.cached_read(namespace, r#type, |m| {
+                let mut v: Vec<RawResource> = m.values().cloned().collect();
+                v.sort_unstable_by(|a, b| a.metadata.id.cmp(&b.metadata.id));
+                v
+            }) {
+                return Ok(listed);
+            }
+        }
         let listed = self.client.list(namespace, r#type, query).await?;
         if self.inputs.iter().any(|i| {
             i.kind == InputKind::Strong && i.id.is_none() && i.covers(namespace, r#type, None)
@@ -207,6 +242,29 @@ impl Context {
             }
         }
         Ok(listed)
+    }
+
+    /// A read served by the memory of a kind this runtime caches ([`Output::cached`]), when it
+    /// is complete and the controller reads the kind as a weak input or writes it: no call to
+    /// stated. It is as current as the last event of the kind, which is at least the one that
+    /// woke the controller, and this controller's own writes. Strong inputs are always read
+    /// from stated (a finalizer is added against the version read).
+    fn cached_read<R>(
+        &self,
+        namespace: &str,
+        r#type: &str,
+        f: impl FnOnce(&std::collections::HashMap<String, RawResource>) -> R,
+    ) -> Option<R> {
+        let kind = (namespace.to_string(), r#type.to_string());
+        let cache = self.caches.get(&kind)?;
+        let strong = self
+            .inputs
+            .iter()
+            .any(|i| i.kind != InputKind::Weak && i.namespace == namespace && i.r#type == r#type);
+        if strong || self.seen.contains_key(&kind) {
+            return None;
+        }
+        cache.with(f)
     }
 
     // ---- writes ------------------------------------------------------------------------------
@@ -284,12 +342,51 @@ impl Context {
         &mut self,
         resources: impl IntoIterator<Item = Resource<S>>,
     ) -> Result<(), ReconcileError> {
-        let mut work = Vec::new();
+        let mut items = Vec::new();
+        for r in resources {
+            items.push((std::borrow::Cow::Owned(r.to_raw()?), r.spec));
+        }
+        self.apply_many(items, |_, spec: &S, stored| {
+            crate::resource::decode_spec::<S>(stored).is_ok_and(|s| s == *spec)
+        })
+        .await
+    }
+
+    /// [`apply_all`](Self::apply_all) for opaque, already encoded specs, compared byte for byte
+    /// (as [`apply_raw`](Self::apply_raw)). Nothing is copied for an output that is already as
+    /// given: a controller that keeps its encoded outputs between cycles pays one lookup each.
+    ///
+    /// # Errors
+    ///
+    /// As [`apply`](Self::apply).
+    pub async fn apply_all_raw<'r>(
+        &mut self,
+        resources: impl IntoIterator<Item = &'r RawResource>,
+    ) -> Result<(), ReconcileError> {
+        // A fn item, not a closure: a closure's signature would not be general enough over
+        // the lifetime for the future to be `Send` (rust-lang/rust#89976).
+        fn borrowed(r: &RawResource) -> (std::borrow::Cow<'_, RawResource>, ()) {
+            (std::borrow::Cow::Borrowed(r), ())
+        }
+        fn same_bytes(desired: &RawResource, (): &(), stored: &[u8]) -> bool {
+            stored == desired.spec.as_slice()
+        }
+        self.apply_many(resources.into_iter().map(borrowed), same_bytes)
+            .await
+    }
+
+    /// The body of [`apply_all`](Self::apply_all): `same(desired, extra, stored)` says whether
+    /// a stored spec is the desired one.
+    async fn apply_many<'r, T>(
+        &mut self,
+        items: impl IntoIterator<Item = (std::borrow::Cow<'r, RawResource>, T)>,
+        same: impl Fn(&RawResource, &T, &[u8]) -> bool,
+    ) -> Result<(), ReconcileError> {
+        let mut work: Vec<(Pointer, RawResource, T, Option<RawResource>)> = Vec::new();
         // An ID given twice is written once, as the last one (what writing both in turn
         // would leave): two writes of one resource in flight together would conflict.
         let mut index = std::collections::HashMap::new();
-        for r in resources {
-            let raw = r.to_raw()?;
+        for (raw, extra) in items {
             let ptr = self.prepare_write(&raw).await?;
             // The common case of a controller with many outputs: most are as believed. They
             // are asserted here, without a copy of the belief or a plan (an ID given again
@@ -299,11 +396,12 @@ impl Context {
                 continue;
             }
             let current = self.believed(&ptr);
+            let raw = raw.into_owned();
             match index.get(&ptr) {
-                Some(&i) => work[i] = (ptr, raw, r.spec, current),
+                Some(&i) => work[i] = (ptr, raw, extra, current),
                 None => {
                     index.insert(ptr.clone(), work.len());
-                    work.push((ptr, raw, r.spec, current));
+                    work.push((ptr, raw, extra, current));
                 }
             }
         }
@@ -312,14 +410,14 @@ impl Context {
         let name = self.name;
         let mut planned = Vec::with_capacity(work.len());
         let mut batch = Vec::new();
-        for (ptr, raw, spec, current) in work {
-            let same =
-                |stored: &[u8]| crate::resource::decode_spec::<S>(stored).is_ok_and(|s| s == spec);
-            let p = plan(name, &ptr, &raw, current, &same);
+        for (ptr, raw, extra, current) in work {
+            let p = plan(name, &ptr, &raw, current, &|stored: &[u8]| {
+                same(&raw, &extra, stored)
+            });
             if let Ok(Plan::Write(w)) = &p {
                 batch.push(w.clone());
             }
-            planned.push((ptr, raw, spec, p));
+            planned.push((ptr, raw, extra, p));
         }
         let mut results = if batch.is_empty() {
             Vec::new()
@@ -328,7 +426,7 @@ impl Context {
         }
         .into_iter();
         let mut outcomes = Vec::with_capacity(planned.len());
-        for (ptr, raw, spec, p) in planned {
+        for (ptr, raw, extra, p) in planned {
             let outcome = match p {
                 Ok(Plan::Done(a)) => Ok(a),
                 Ok(Plan::Write(w)) => match results.next() {
@@ -340,22 +438,20 @@ impl Context {
                 // Rare (an old output tearing down without finalizers): on its own.
                 Ok(Plan::DestroyFirst) => {
                     let current = self.believed(&ptr);
-                    let same = |stored: &[u8]| {
-                        crate::resource::decode_spec::<S>(stored).is_ok_and(|s| s == spec)
-                    };
+                    let same = |stored: &[u8]| same(&raw, &extra, stored);
                     attempt(&self.client, name, &ptr, &raw, current, &same).await
                 }
                 Err(e) => Err(e),
             };
-            outcomes.push((ptr, raw, spec, outcome));
+            outcomes.push((ptr, raw, extra, outcome));
         }
         let mut first_error = None;
         let mut stale = Vec::new();
-        for (ptr, raw, spec, outcome) in outcomes {
+        for (ptr, raw, extra, outcome) in outcomes {
             match outcome {
                 Ok(o) => {
                     if self.settle(&ptr, o).is_none() {
-                        stale.push((ptr, raw, spec));
+                        stale.push((ptr, raw, extra));
                     }
                 }
                 Err(e) => {
@@ -367,9 +463,8 @@ impl Context {
             return Err(e);
         }
         // A stale belief (another writer in between) is rare: retried one by one.
-        for (ptr, raw, spec) in stale {
-            let same =
-                |stored: &[u8]| crate::resource::decode_spec::<S>(stored).is_ok_and(|s| s == spec);
+        for (ptr, raw, extra) in stale {
+            let same = |stored: &[u8]| same(&raw, &extra, stored);
             self.retry(&ptr, &raw, &same).await?;
         }
         Ok(())
@@ -382,7 +477,7 @@ impl Context {
         self.check_write(&ptr.r#type)?;
         let kind: Kind = (ptr.namespace.clone(), ptr.r#type.clone());
         self.written.insert(kind.clone());
-        if !self.seen.contains_key(&kind) {
+        if !self.seen.contains_key(&kind) && self.cache_view(&kind).is_none() {
             let listed = self
                 .client
                 .list(&ptr.namespace, &ptr.r#type, &Query::default())
@@ -400,28 +495,34 @@ impl Context {
 
     /// The output as this cycle's view has it.
     fn believed(&self, ptr: &Pointer) -> Option<RawResource> {
-        self.seen
-            .get(&(ptr.namespace.clone(), ptr.r#type.clone()))
-            .and_then(|m| m.get(&ptr.id))
-            .cloned()
+        let kind = (ptr.namespace.clone(), ptr.r#type.clone());
+        if let Some(cache) = self.cache_view(&kind) {
+            return cache.with(|m| m.get(&ptr.id).cloned()).flatten();
+        }
+        self.seen.get(&kind).and_then(|m| m.get(&ptr.id)).cloned()
     }
 
     /// Whether this cycle's view has the output exactly as `desired` would leave it (what
     /// [`plan`] answers with `Done` and an asserted resource), without copying it.
     fn believed_unchanged(&self, ptr: &Pointer, desired: &RawResource) -> bool {
-        let Some(current) = self
-            .seen
-            .get(&(ptr.namespace.clone(), ptr.r#type.clone()))
-            .and_then(|m| m.get(&ptr.id))
-        else {
-            return false;
+        let unchanged = |current: &RawResource| {
+            let md = &current.metadata;
+            md.owner == self.name
+                && md.phase == Phase::Running
+                && current.spec == desired.spec
+                && md.labels == desired.metadata.labels
+                && md.annotations == desired.metadata.annotations
         };
-        let md = &current.metadata;
-        md.owner == self.name
-            && md.phase == Phase::Running
-            && current.spec == desired.spec
-            && md.labels == desired.metadata.labels
-            && md.annotations == desired.metadata.annotations
+        let kind = (ptr.namespace.clone(), ptr.r#type.clone());
+        if let Some(cache) = self.cache_view(&kind) {
+            return cache
+                .with(|m| m.get(&ptr.id).is_some_and(unchanged))
+                .unwrap_or(false);
+        }
+        self.seen
+            .get(&kind)
+            .and_then(|m| m.get(&ptr.id))
+            .is_some_and(unchanged)
     }
 
     /// Records what an attempt did: the resource as stored, or `None` to retry.
@@ -438,10 +539,11 @@ impl Context {
             }
             Attempt::Stale => return None,
         };
-        if let Some(m) = self
-            .seen
-            .get_mut(&(ptr.namespace.clone(), ptr.r#type.clone()))
-        {
+        let kind = (ptr.namespace.clone(), ptr.r#type.clone());
+        if let Some(cache) = self.caches.get(&kind) {
+            cache.record(&stored);
+        }
+        if let Some(m) = self.seen.get_mut(&kind) {
             m.insert(ptr.id.clone(), stored.clone());
         }
         Some(stored)
@@ -501,8 +603,14 @@ impl Context {
         self.check_write(r#type)?;
         self.unassert(namespace, r#type, id);
         match self.client.teardown(namespace, r#type, id, self.name).await {
-            Ok(ready) => Ok(ready),
-            Err(e) if e.is_not_found() => Ok(true),
+            Ok(ready) => {
+                self.cached_tearing_down(namespace, r#type, id);
+                Ok(ready)
+            }
+            Err(e) if e.is_not_found() => {
+                self.cached_gone(namespace, r#type, id);
+                Ok(true)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -534,8 +642,14 @@ impl Context {
         self.check_write(r#type)?;
         self.unassert(namespace, r#type, id);
         match self.client.destroy(namespace, r#type, id, self.name).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
+            Ok(()) => {
+                self.cached_gone(namespace, r#type, id);
+                Ok(())
+            }
+            Err(e) if e.is_not_found() => {
+                self.cached_gone(namespace, r#type, id);
+                Ok(())
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -710,6 +824,26 @@ impl Context {
         }
     }
 
+    /// Tells the kind's cache (if any) that this controller destroyed `id` or found it gone.
+    fn cached_gone(&self, namespace: &str, r#type: &str, id: &str) {
+        if let Some(c) = self
+            .caches
+            .get(&(namespace.to_string(), r#type.to_string()))
+        {
+            c.forget(id);
+        }
+    }
+
+    /// Tells the kind's cache (if any) that this controller started tearing `id` down.
+    fn cached_tearing_down(&self, namespace: &str, r#type: &str, id: &str) {
+        if let Some(c) = self
+            .caches
+            .get(&(namespace.to_string(), r#type.to_string()))
+        {
+            c.tearing_down(id);
+        }
+    }
+
     fn unassert(&mut self, namespace: &str, r#type: &str, id: &str) {
         self.asserted.remove(&Pointer {
             namespace: namespace.to_string(),
@@ -747,18 +881,25 @@ impl Context {
             // that view serves instead of a second list. Only finalizers are others' to change
             // meanwhile: for an output already tearing down, the teardown call says whether
             // they are gone by now.
-            let (stored, fresh) = match self.seen.get(&(namespace.clone(), r#type.clone())) {
-                Some(view) => (
-                    view.values()
-                        .filter(|r| {
-                            r.metadata.owner == self.name
-                                && !self.asserted.contains(&r.metadata.pointer())
-                        })
-                        .cloned()
-                        .collect(),
-                    false,
-                ),
-                None => (
+            // A cached kind's memory serves the same way: it is current with every write of
+            // this controller, and with others' changes as their events arrive.
+            let kind = (namespace.clone(), r#type.clone());
+            let unasserted = |view: &std::collections::HashMap<String, RawResource>| {
+                view.values()
+                    .filter(|r| {
+                        r.metadata.owner == self.name
+                            && !self.asserted.contains(&r.metadata.pointer())
+                    })
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            let cached = self
+                .cache_view(&kind)
+                .and_then(|c| c.with(|view| unasserted(view)));
+            let (stored, fresh) = match (self.seen.get(&kind), cached) {
+                (Some(view), _) => (unasserted(view), false),
+                (None, Some(stored)) => (stored, false),
+                (None, None) => (
                     self.client
                         .list(&namespace, &r#type, &Query::default())
                         .await?,
@@ -779,8 +920,14 @@ impl Context {
                             .teardown(&namespace, &r#type, &md.id, self.name)
                             .await
                         {
-                            Ok(ready) => ready,
-                            Err(e) if e.is_not_found() => continue,
+                            Ok(ready) => {
+                                self.cached_tearing_down(&namespace, &r#type, &md.id);
+                                ready
+                            }
+                            Err(e) if e.is_not_found() => {
+                                self.cached_gone(&namespace, &r#type, &md.id);
+                                continue;
+                            }
                             Err(e) => return Err(e.into()),
                         }
                     }
@@ -795,8 +942,11 @@ impl Context {
                     .destroy(&namespace, &r#type, &md.id, self.name)
                     .await
                 {
-                    Ok(()) => tracing::debug!(resource = %md.pointer(), "output destroyed"),
-                    Err(e) if e.is_not_found() => {}
+                    Ok(()) => {
+                        self.cached_gone(&namespace, &r#type, &md.id);
+                        tracing::debug!(resource = %md.pointer(), "output destroyed");
+                    }
+                    Err(e) if e.is_not_found() => self.cached_gone(&namespace, &r#type, &md.id),
                     Err(e) if e.kind() == ErrorKind::Conflict => {
                         self.pending.insert((namespace.clone(), r#type.clone()));
                     }

@@ -143,6 +143,8 @@ pub struct Output {
     pub r#type: String,
     /// Exclusive or shared.
     pub kind: OutputKind,
+    /// Kept in memory by the runtime from a watch of the kind ([`cached`](Self::cached)).
+    pub cached: bool,
 }
 
 impl Output {
@@ -152,6 +154,7 @@ impl Output {
             namespace: namespace.into(),
             r#type: r#type.into(),
             kind,
+            cached: false,
         }
     }
 
@@ -169,6 +172,17 @@ impl Output {
     #[must_use]
     pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
+        self
+    }
+
+    /// Keeps the kind (in the declared namespace) in memory, current from a watch of it and
+    /// from the controller's own writes: a cycle then compares its outputs with that instead
+    /// of listing them from stated, and a destroy the controller did not make wakes it. For
+    /// controllers with many outputs that reconcile often (kernel statuses); it costs one
+    /// more watch and a copy of the kind.
+    #[must_use]
+    pub fn cached(mut self) -> Self {
+        self.cached = true;
         self
     }
 }
@@ -200,5 +214,6 @@ mod tests {
         assert_eq!(o.namespace, "default-ns");
         assert_eq!(o.kind, OutputKind::Exclusive);
         assert_eq!(Output::shared::<Spec>().in_namespace("x").namespace, "x");
+        assert!(!o.cached && Output::exclusive::<Spec>().cached().cached);
     }
 }

@@ -21,6 +21,7 @@
 //!   up to 30 s, reset by a successful cycle); siblings and the runtime go on. Unreachable
 //!   stated is such a failure: controllers retry forever and resync when it is back.
 
+mod cache;
 mod context;
 mod controller;
 mod daemon;
@@ -209,7 +210,17 @@ impl Runtime {
             publish,
         } = self;
         let graph = registry.dependency_graph();
-        let mut kinds: BTreeMap<(String, String), Vec<Subscriber>> = BTreeMap::new();
+        let mut kinds: BTreeMap<(String, String), watch::Watched> = BTreeMap::new();
+        // One memory per cached output kind, shared by its watch and the contexts of the
+        // controllers writing it.
+        let mut caches: BTreeMap<context::Kind, std::sync::Arc<cache::KindCache>> = BTreeMap::new();
+        for o in registry.controllers.iter().flat_map(|r| &r.outputs) {
+            if o.cached {
+                caches
+                    .entry((o.namespace.clone(), o.r#type.clone()))
+                    .or_default();
+            }
+        }
         let mut starts = Vec::with_capacity(registry.controllers.len());
         // Kept so that a controller's wake channel never closes while the runtime runs.
         let mut senders = Vec::with_capacity(registry.controllers.len());
@@ -221,23 +232,44 @@ impl Runtime {
                 kinds
                     .entry((i.namespace.clone(), i.r#type.clone()))
                     .or_default()
+                    .subscribers
                     .push(Subscriber {
                         id: i.id.clone(),
                         kind: i.kind,
                         wake: tx.clone(),
                     });
             }
-            let ctx =
-                Context::new(client.clone(), reg.name, reg.inputs, reg.outputs).with_wake(&tx);
+            let mut mine = Vec::new();
+            for o in &reg.outputs {
+                let kind = (o.namespace.clone(), o.r#type.clone());
+                if let Some(cache) = caches.get(&kind) {
+                    let watched = kinds.entry(kind.clone()).or_default();
+                    watched.cache = Some(cache.clone());
+                    watched.owners.push(tx.clone());
+                    mine.push((kind, cache.clone()));
+                }
+            }
+            // A controller reading a kind another one here keeps in memory reads it there.
+            for i in &reg.inputs {
+                let kind = (i.namespace.clone(), i.r#type.clone());
+                if let Some(cache) = caches.get(&kind) {
+                    if !mine.iter().any(|(k, _)| *k == kind) {
+                        mine.push((kind, cache.clone()));
+                    }
+                }
+            }
+            let ctx = Context::new(client.clone(), reg.name, reg.inputs, reg.outputs)
+                .with_wake(&tx)
+                .with_caches(mine);
             starts.push((reg.name, reg.start, TaskEnv { ctx, wake: rx }));
             senders.push(tx);
         }
 
         let mut tasks = JoinSet::new();
-        for ((namespace, r#type), subscribers) in kinds {
+        for ((namespace, r#type), watched) in kinds {
             let span = tracing::debug_span!("watch", namespace = %namespace, r#type = %r#type);
             tasks.spawn(
-                watch::watch_kind(client.clone(), namespace, r#type, subscribers).instrument(span),
+                watch::watch_kind(client.clone(), namespace, r#type, watched).instrument(span),
             );
         }
         for (name, start, env) in starts {

@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use std::sync::Arc;
+
 use crate::client::{Client, Event, EventKind, WatchSpec};
 use crate::resource::{Metadata, Phase};
+use crate::runtime::cache::KindCache;
 use crate::runtime::controller::InputKind;
 use crate::runtime::task::Backoff;
 
@@ -31,6 +34,18 @@ impl Subscriber {
     }
 }
 
+/// What the runtime watches a kind for.
+#[derive(Debug, Default)]
+pub(crate) struct Watched {
+    /// Controllers reading the kind.
+    pub(crate) subscribers: Vec<Subscriber>,
+    /// The kind's memory, if it is a cached output.
+    pub(crate) cache: Option<Arc<KindCache>>,
+    /// The wake channels of the controllers writing the cached kind: a destroy they did not
+    /// make wakes them.
+    pub(crate) owners: Vec<mpsc::Sender<()>>,
+}
+
 /// Wakes the subscribers an event concerns. A wake-up is a non-blocking send on a capacity-1
 /// channel: when one is already pending, the new one merges into it.
 pub(crate) fn dispatch(subscribers: &[Subscriber], event: &Event) {
@@ -48,21 +63,24 @@ pub(crate) fn dispatch(subscribers: &[Subscriber], event: &Event) {
     }
 }
 
-/// Watches one kind forever, waking subscribers; reopens the watch with backoff if it ends.
-/// (The client already resumes across transport failures and stated restarts.)
-pub(crate) async fn watch_kind(
-    client: Client,
-    namespace: String,
-    r#type: String,
-    subscribers: Vec<Subscriber>,
-) {
+/// Watches one kind forever, waking subscribers and keeping its memory (a cached output kind);
+/// reopens the watch with backoff if it ends. (The client already resumes across transport
+/// failures and stated restarts.)
+pub(crate) async fn watch_kind(client: Client, namespace: String, r#type: String, w: Watched) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
     loop {
+        if let Some(cache) = &w.cache {
+            cache.reset();
+        }
         let mut watch = client.watch(WatchSpec {
             namespace: namespace.clone(),
             r#type: r#type.clone(),
-            bootstrap_bookmark: true,
-            // Controllers read their inputs; only the resource's metadata wakes them.
+            // A cached kind starts from its contents; a read one only needs to know the watch
+            // is there.
+            bootstrap: w.cache.is_some(),
+            bootstrap_bookmark: w.cache.is_none(),
+            // Controllers read their inputs; only the resource's metadata wakes them (a cache
+            // keeps the resource as it is now, not as it was).
             omit_old: true,
             ..WatchSpec::default()
         });
@@ -70,8 +88,17 @@ pub(crate) async fn watch_kind(
             match batch {
                 Ok(events) => {
                     backoff.reset();
+                    let mut unexpected = false;
                     for e in &events {
-                        dispatch(&subscribers, e);
+                        if let Some(cache) = &w.cache {
+                            unexpected |= cache.observe(e);
+                        }
+                        dispatch(&w.subscribers, e);
+                    }
+                    if unexpected {
+                        for o in &w.owners {
+                            let _ = o.try_send(());
+                        }
                     }
                 }
                 Err(e) => {

@@ -93,7 +93,7 @@ impl Controller for LinkStatusController {
     }
 
     fn outputs(&self) -> Vec<Output> {
-        vec![Output::exclusive::<LinkStatusSpec>()]
+        vec![Output::exclusive::<LinkStatusSpec>().cached()]
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {

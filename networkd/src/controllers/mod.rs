@@ -99,6 +99,7 @@ pub fn register_resource_side(
 pub mod address_spec;
 pub mod address_status;
 pub mod hostname_spec;
+pub mod kernel_model;
 pub mod link_spec;
 pub mod link_status;
 pub mod operator_spec;

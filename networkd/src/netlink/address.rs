@@ -43,7 +43,7 @@ impl Address {
         self.protocol == OWN_PROTOCOL
     }
 
-    fn from_message(msg: AddressMessage) -> Option<Self> {
+    pub(crate) fn from_message(msg: AddressMessage) -> Option<Self> {
         let mut address = None;
         let mut a = Address {
             index: msg.header.index,

@@ -207,6 +207,8 @@ pub struct Kernel {
     groups: u32,
     netlink: Option<Netlink>,
     watcher: Option<watch::Watcher>,
+    /// Where the watcher records the kernel's messages, for a controller that updates from them.
+    log: Option<std::sync::Arc<watch::ChangeLog>>,
 }
 
 impl Kernel {
@@ -216,7 +218,25 @@ impl Kernel {
             groups,
             netlink: None,
             watcher: None,
+            log: None,
         }
+    }
+
+    /// Access that also records the messages of the watched `groups` for
+    /// [`changes`](Self::changes).
+    pub fn recording(groups: u32) -> Self {
+        Self {
+            log: Some(std::sync::Arc::default()),
+            ..Self::new(groups)
+        }
+    }
+
+    /// The kernel's changes recorded since the last call (in order); `None` if some were lost,
+    /// if this access does not record, or before [`connect`](Self::connect) started the watch:
+    /// then the caller must re-list.
+    pub fn changes(&self) -> Option<Vec<watch::Change>> {
+        self.watcher.as_ref()?;
+        self.log.as_ref()?.take()
     }
 
     /// The connection, opening it (and starting the watcher, before any listing, so no event
@@ -228,7 +248,11 @@ impl Kernel {
     pub fn connect(&mut self, waker: &cosi::Waker) -> Result<&Netlink, Error> {
         if self.watcher.is_none() && self.groups != 0 {
             let waker = waker.clone();
-            self.watcher = Some(watch::Watcher::start(self.groups, move || waker.wake())?);
+            self.watcher = Some(watch::Watcher::start_recording(
+                self.groups,
+                self.log.clone(),
+                move || waker.wake(),
+            )?);
         }
         if self.netlink.is_none() {
             self.netlink = Some(Netlink::connect()?);

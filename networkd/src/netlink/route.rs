@@ -65,7 +65,7 @@ impl Route {
         self.protocol == OWN_PROTOCOL
     }
 
-    fn from_message(msg: RouteMessage) -> Self {
+    pub(crate) fn from_message(msg: RouteMessage) -> Self {
         let h = &msg.header;
         let mut r = Route {
             family: u8::from(h.address_family),

@@ -1,12 +1,16 @@
 //! The kernel event watcher: a dedicated netlink socket that only joins multicast groups and turns
-//! every burst of messages into one wake-up, as upstream's `watch.NewRtNetlink`. The messages are
-//! never parsed: the woken controller re-lists what it needs.
+//! every burst of messages into one wake-up, as upstream's `watch.NewRtNetlink`. Most controllers
+//! re-list what they need when woken; a status controller of many objects can instead have the
+//! messages recorded ([`ChangeLog`]) and update only what changed.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, AsyncSocket, AsyncSocketExt, SocketAddr, TokioSocket};
+use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLM_F_REPLACE};
 
-use super::Error;
+use super::{Address, Error, Route};
 
 /// `RTMGRP_LINK`.
 pub const GROUP_LINK: u32 = 0x1;
@@ -26,6 +30,111 @@ pub const GROUPS_ROUTE: u32 = GROUP_IPV4_ROUTE | GROUP_IPV6_ROUTE;
 /// The shortest time between two wake-ups: at most 10 reconciles per second, each a full re-list,
 /// whatever the event rate (upstream's rate-limited trigger).
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Changes recorded at most between two reads of a [`ChangeLog`]; past that the log says the
+/// changes were lost, and the reader re-lists (memory stays bounded whatever the kernel sends).
+pub const MAX_RECORDED: usize = 1 << 16;
+
+/// One kernel notification, as far as a status controller cares.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// A link appeared, changed or vanished: names, and what hangs off links, may have changed.
+    Link,
+    /// An address appeared or changed.
+    NewAddress(Address),
+    /// An address vanished.
+    DelAddress(Address),
+    /// A route appeared; `replace` if it replaced another (which vanished without a message).
+    NewRoute {
+        /// The route.
+        route: Route,
+        /// `NLM_F_REPLACE` was set.
+        replace: bool,
+    },
+    /// A route vanished.
+    DelRoute(Route),
+}
+
+/// What a recording watcher received since the last [`take`](ChangeLog::take).
+#[derive(Debug, Default)]
+pub struct ChangeLog(Mutex<Recorded>);
+
+#[derive(Debug, Default)]
+struct Recorded {
+    /// Something was not recorded (socket overrun, undecodable message, too many changes).
+    lost: bool,
+    changes: Vec<Change>,
+}
+
+impl ChangeLog {
+    /// The changes since the last call, in the kernel's order; `None` if some were lost (the
+    /// reader must re-list). Either way the log starts empty again.
+    pub fn take(&self) -> Option<Vec<Change>> {
+        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lost = std::mem::take(&mut r.lost);
+        let changes = std::mem::take(&mut r.changes);
+        (!lost).then_some(changes)
+    }
+
+    /// Records that changes were lost.
+    fn lose(&self) {
+        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        r.lost = true;
+        r.changes = Vec::new();
+    }
+
+    /// Records every message of one datagram.
+    fn record(&self, datagram: &[u8]) {
+        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if r.lost {
+            return;
+        }
+        match parse(datagram) {
+            Some(changes) if r.changes.len() + changes.len() <= MAX_RECORDED => {
+                r.changes.extend(changes);
+            }
+            _ => {
+                r.lost = true;
+                r.changes = Vec::new();
+            }
+        }
+    }
+}
+
+/// The changes of one datagram (several netlink messages); `None` if one does not decode.
+pub fn parse(mut datagram: &[u8]) -> Option<Vec<Change>> {
+    let mut out = Vec::new();
+    while !datagram.is_empty() {
+        let len = NetlinkBuffer::new_checked(datagram).ok()?.length() as usize;
+        // Messages are 4-byte aligned; the last one may lack the padding.
+        let next = len.checked_add(3)? & !3;
+        let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(datagram.get(..len)?).ok()?;
+        let replace = msg.header.flags & NLM_F_REPLACE != 0;
+        if let NetlinkPayload::InnerMessage(m) = msg.payload {
+            match m {
+                RouteNetlinkMessage::NewLink(_) | RouteNetlinkMessage::DelLink(_) => {
+                    out.push(Change::Link);
+                }
+                RouteNetlinkMessage::NewAddress(a) => {
+                    out.extend(Address::from_message(a).map(Change::NewAddress));
+                }
+                RouteNetlinkMessage::DelAddress(a) => {
+                    out.extend(Address::from_message(a).map(Change::DelAddress));
+                }
+                RouteNetlinkMessage::NewRoute(r) => out.push(Change::NewRoute {
+                    route: Route::from_message(r),
+                    replace,
+                }),
+                RouteNetlinkMessage::DelRoute(r) => {
+                    out.push(Change::DelRoute(Route::from_message(r)))
+                }
+                _ => {}
+            }
+        }
+        datagram = datagram.get(next..).unwrap_or_default();
+    }
+    Some(out)
+}
 
 /// A running watcher; dropping it stops the watch.
 #[derive(Debug)]
@@ -51,6 +160,19 @@ impl Watcher {
     ///
     /// [`Error::Socket`] if the socket cannot be opened or bound.
     pub fn start(groups: u32, wake: impl Fn() -> bool + Send + 'static) -> Result<Self, Error> {
+        Self::start_recording(groups, None, wake)
+    }
+
+    /// [`start`](Self::start), recording every message into `log` (if any) before the wake-up.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_recording(
+        groups: u32,
+        log: Option<Arc<ChangeLog>>,
+        wake: impl Fn() -> bool + Send + 'static,
+    ) -> Result<Self, Error> {
         let mut socket = TokioSocket::new(NETLINK_ROUTE).map_err(Error::Socket)?;
         socket
             .socket_mut()
@@ -63,16 +185,38 @@ impl Watcher {
             loop {
                 buf.clear();
                 match socket.recv(&mut buf).await {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        if let Some(log) = &log {
+                            log.record(&buf);
+                        }
+                    }
                     // ENOBUFS: we lost events; anything else is retried after the interval.
-                    Err(e) => tracing::debug!(error = %e, "netlink watch receive error"),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "netlink watch receive error");
+                        if let Some(log) = &log {
+                            log.lose();
+                        }
+                    }
                 }
                 // Drain what else is queued (the socket is non-blocking): it is covered by this
                 // wake-up.
                 loop {
                     buf.clear();
-                    if socket.socket_ref().recv(&mut buf, 0).is_err() {
-                        break;
+                    match socket.socket_ref().recv(&mut buf, 0) {
+                        Ok(_) => {
+                            if let Some(log) = &log {
+                                log.record(&buf);
+                            }
+                        }
+                        Err(e) => {
+                            // Only "nothing more queued" ends the drain quietly.
+                            if e.kind() != std::io::ErrorKind::WouldBlock {
+                                if let Some(log) = &log {
+                                    log.lose();
+                                }
+                            }
+                            break;
+                        }
                     }
                 }
                 if !wake() {
