@@ -30,6 +30,59 @@ enum Attempt {
 /// A (namespace, type) pair.
 pub(crate) type Kind = (String, String);
 
+/// Values by (namespace, type), looked up by `&str` without building a key: a controller's
+/// cycle looks up its kind once per output, thousands of times for a status controller.
+#[derive(Debug)]
+struct KindMap<V>(std::collections::HashMap<String, std::collections::HashMap<String, V>>);
+
+impl<V> Default for KindMap<V> {
+    fn default() -> Self {
+        Self(std::collections::HashMap::new())
+    }
+}
+
+impl<V> KindMap<V> {
+    fn get(&self, namespace: &str, r#type: &str) -> Option<&V> {
+        self.0.get(namespace)?.get(r#type)
+    }
+
+    fn get_mut(&mut self, namespace: &str, r#type: &str) -> Option<&mut V> {
+        self.0.get_mut(namespace)?.get_mut(r#type)
+    }
+
+    fn contains(&self, namespace: &str, r#type: &str) -> bool {
+        self.get(namespace, r#type).is_some()
+    }
+
+    fn insert(&mut self, namespace: &str, r#type: &str, v: V) {
+        self.0
+            .entry(namespace.to_string())
+            .or_default()
+            .insert(r#type.to_string(), v);
+    }
+
+    fn get_or_default(&mut self, namespace: &str, r#type: &str) -> &mut V
+    where
+        V: Default,
+    {
+        if !self.contains(namespace, r#type) {
+            self.insert(namespace, r#type, V::default());
+        }
+        self.0
+            .get_mut(namespace)
+            .and_then(|m| m.get_mut(r#type))
+            .expect("inserted above")
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.values().flat_map(|m| m.values())
+    }
+}
+
 /// The controller's access to stated during a reconcile.
 ///
 /// Every read is checked against the declared inputs and outputs, every write against the
@@ -42,12 +95,12 @@ pub struct Context {
     name: &'static str,
     inputs: Arc<[Input]>,
     outputs: Arc<[Output]>,
-    /// Outputs asserted in this cycle.
-    asserted: HashSet<Pointer>,
+    /// Outputs asserted in this cycle: IDs by kind.
+    asserted: KindMap<HashSet<String>>,
     /// This cycle's view of each output kind it wrote: listed once on the kind's first apply,
     /// then kept current with every write, so an apply costs no read and an unchanged output
     /// costs no call at all. A conflict falls back to a live read.
-    seen: std::collections::HashMap<Kind, std::collections::HashMap<String, RawResource>>,
+    seen: KindMap<std::collections::HashMap<String, RawResource>>,
     /// Every (namespace, type) of an output written since the controller started.
     written: BTreeSet<Kind>,
     /// Kinds with an output left tearing down (finalizers) or an apply deferred until an old
@@ -60,7 +113,7 @@ pub struct Context {
     waker: Waker,
     /// The runtime's memory of the cached output kinds ([`Output::cached`]): once complete, it
     /// stands for this cycle's view of the kind (no List).
-    caches: std::collections::HashMap<Kind, Arc<KindCache>>,
+    caches: KindMap<Arc<KindCache>>,
 }
 
 /// Wakes a controller from outside stated (kernel events, a worker task's news), coalesced with
@@ -91,7 +144,10 @@ impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
             .field("controller", &self.name)
-            .field("asserted", &self.asserted.len())
+            .field(
+                "asserted",
+                &self.asserted.values().map(HashSet::len).sum::<usize>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -108,13 +164,13 @@ impl Context {
             name,
             inputs: inputs.into(),
             outputs: outputs.into(),
-            asserted: HashSet::new(),
-            seen: std::collections::HashMap::new(),
+            asserted: KindMap::default(),
+            seen: KindMap::default(),
             written: BTreeSet::new(),
             pending: BTreeSet::new(),
             listed_strong: std::sync::Mutex::default(),
             waker: Waker::default(),
-            caches: std::collections::HashMap::new(),
+            caches: KindMap::default(),
         }
     }
 
@@ -123,17 +179,19 @@ impl Context {
         mut self,
         caches: impl IntoIterator<Item = (Kind, Arc<KindCache>)>,
     ) -> Self {
-        self.caches = caches.into_iter().collect();
+        for ((namespace, r#type), cache) in caches {
+            self.caches.insert(&namespace, &r#type, cache);
+        }
         self
     }
 
-    /// The cache standing for this cycle's view of `kind`: only if the cycle has not listed the
+    /// The cache standing for this cycle's view of a kind: only if the cycle has not listed the
     /// kind itself (it keeps to one view per cycle) and the cache is complete.
-    fn cache_view(&self, kind: &Kind) -> Option<&Arc<KindCache>> {
-        if self.seen.contains_key(kind) {
+    fn cache_view(&self, namespace: &str, r#type: &str) -> Option<&Arc<KindCache>> {
+        if self.seen.contains(namespace, r#type) {
             return None;
         }
-        self.caches.get(kind).filter(|c| c.is_ready())
+        self.caches.get(namespace, r#type).filter(|c| c.is_ready())
     }
 
     /// Sets the channel external wake-ups go to.
@@ -187,6 +245,27 @@ impl Context {
             .iter()
             .map(|r| Resource::from_raw(r).map_err(ReconcileError::from))
             .collect()
+    }
+
+    /// Brings `mirror` to the resources of `S` in `namespace` as [`list`](Self::list) would
+    /// return them, decoding only the new and changed ones: from the runtime's memory of the
+    /// kind when it keeps one ([`Output::cached`] by a controller of this runtime), else from
+    /// one List.
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](Self::list).
+    pub async fn refresh<S: ResourceSpec>(
+        &self,
+        namespace: &str,
+        mirror: &mut crate::runtime::Mirror<S>,
+    ) -> Result<(), ReconcileError> {
+        self.check_read(namespace, S::TYPE, None)?;
+        if let Some(synced) = self.cached_read(namespace, S::TYPE, |m| mirror.sync_map(m)) {
+            return Ok(synced?);
+        }
+        let listed = self.list_raw(namespace, S::TYPE, &Query::default()).await?;
+        Ok(mirror.sync_list(&listed)?)
     }
 
     /// Gets a resource with an opaque spec; `None` if it does not exist.
@@ -255,13 +334,12 @@ impl Context {
         r#type: &str,
         f: impl FnOnce(&std::collections::HashMap<String, RawResource>) -> R,
     ) -> Option<R> {
-        let kind = (namespace.to_string(), r#type.to_string());
-        let cache = self.caches.get(&kind)?;
+        let cache = self.caches.get(namespace, r#type)?;
         let strong = self
             .inputs
             .iter()
             .any(|i| i.kind != InputKind::Weak && i.namespace == namespace && i.r#type == r#type);
-        if strong || self.seen.contains_key(&kind) {
+        if strong || self.seen.contains(namespace, r#type) {
             return None;
         }
         cache.with(f)
@@ -386,15 +464,27 @@ impl Context {
         // An ID given twice is written once, as the last one (what writing both in turn
         // would leave): two writes of one resource in flight together would conflict.
         let mut index = std::collections::HashMap::new();
+        // The kind of the previous output: its checks and view are not repeated per output.
+        let mut prepared: Option<Kind> = None;
         for (raw, extra) in items {
-            let ptr = self.prepare_write(&raw).await?;
+            let md = &raw.metadata;
+            if prepared
+                .as_ref()
+                .is_none_or(|(ns, ty)| *ns != md.namespace || *ty != md.r#type)
+            {
+                self.prepare_kind(&md.namespace, &md.r#type).await?;
+                prepared = Some((md.namespace.clone(), md.r#type.clone()));
+            }
             // The common case of a controller with many outputs: most are as believed. They
             // are asserted here, without a copy of the belief or a plan (an ID given again
             // later still replaces this one below, as the last one).
-            if !index.contains_key(&ptr) && self.believed_unchanged(&ptr, &raw) {
-                self.asserted.insert(ptr);
+            if (index.is_empty() || !index.contains_key(&md.pointer()))
+                && self.believed_unchanged(&raw)
+            {
+                self.assert_output(&md.namespace, &md.r#type, &md.id);
                 continue;
             }
+            let ptr = md.pointer();
             let current = self.believed(&ptr);
             let raw = raw.into_owned();
             match index.get(&ptr) {
@@ -473,38 +563,69 @@ impl Context {
     /// Checks that `desired` may be written and makes sure this cycle's view of its kind is
     /// loaded (one List per kind and cycle); returns its address.
     async fn prepare_write(&mut self, desired: &RawResource) -> Result<Pointer, ReconcileError> {
-        let ptr = desired.metadata.pointer();
-        self.check_write(&ptr.r#type)?;
-        let kind: Kind = (ptr.namespace.clone(), ptr.r#type.clone());
-        self.written.insert(kind.clone());
-        if !self.seen.contains_key(&kind) && self.cache_view(&kind).is_none() {
+        let md = &desired.metadata;
+        self.prepare_kind(&md.namespace, &md.r#type).await?;
+        Ok(md.pointer())
+    }
+
+    /// Checks that a kind may be written and makes sure this cycle's view of it is loaded
+    /// (one List per kind and cycle, none for a complete cache).
+    async fn prepare_kind(&mut self, namespace: &str, r#type: &str) -> Result<(), ReconcileError> {
+        self.check_write(r#type)?;
+        if !self
+            .written
+            .iter()
+            .any(|(ns, ty)| ns == namespace && ty == r#type)
+        {
+            self.written
+                .insert((namespace.to_string(), r#type.to_string()));
+        }
+        if !self.seen.contains(namespace, r#type) && self.cache_view(namespace, r#type).is_none() {
             let listed = self
                 .client
-                .list(&ptr.namespace, &ptr.r#type, &Query::default())
+                .list(namespace, r#type, &Query::default())
                 .await?;
             self.seen.insert(
-                kind,
+                namespace,
+                r#type,
                 listed
                     .into_iter()
                     .map(|r| (r.metadata.id.clone(), r))
                     .collect(),
             );
         }
-        Ok(ptr)
+        Ok(())
+    }
+
+    /// Marks an output asserted in this cycle.
+    fn assert_output(&mut self, namespace: &str, r#type: &str, id: &str) {
+        let ids = self.asserted.get_or_default(namespace, r#type);
+        if !ids.contains(id) {
+            ids.insert(id.to_string());
+        }
+    }
+
+    /// Whether an output is asserted in this cycle.
+    fn is_asserted(&self, namespace: &str, r#type: &str, id: &str) -> bool {
+        self.asserted
+            .get(namespace, r#type)
+            .is_some_and(|ids| ids.contains(id))
     }
 
     /// The output as this cycle's view has it.
     fn believed(&self, ptr: &Pointer) -> Option<RawResource> {
-        let kind = (ptr.namespace.clone(), ptr.r#type.clone());
-        if let Some(cache) = self.cache_view(&kind) {
+        if let Some(cache) = self.cache_view(&ptr.namespace, &ptr.r#type) {
             return cache.with(|m| m.get(&ptr.id).cloned()).flatten();
         }
-        self.seen.get(&kind).and_then(|m| m.get(&ptr.id)).cloned()
+        self.seen
+            .get(&ptr.namespace, &ptr.r#type)
+            .and_then(|m| m.get(&ptr.id))
+            .cloned()
     }
 
     /// Whether this cycle's view has the output exactly as `desired` would leave it (what
     /// [`plan`] answers with `Done` and an asserted resource), without copying it.
-    fn believed_unchanged(&self, ptr: &Pointer, desired: &RawResource) -> bool {
+    fn believed_unchanged(&self, desired: &RawResource) -> bool {
         let unchanged = |current: &RawResource| {
             let md = &current.metadata;
             md.owner == self.name
@@ -513,15 +634,15 @@ impl Context {
                 && md.labels == desired.metadata.labels
                 && md.annotations == desired.metadata.annotations
         };
-        let kind = (ptr.namespace.clone(), ptr.r#type.clone());
-        if let Some(cache) = self.cache_view(&kind) {
+        let md = &desired.metadata;
+        if let Some(cache) = self.cache_view(&md.namespace, &md.r#type) {
             return cache
-                .with(|m| m.get(&ptr.id).is_some_and(unchanged))
+                .with(|m| m.get(&md.id).is_some_and(unchanged))
                 .unwrap_or(false);
         }
         self.seen
-            .get(&kind)
-            .and_then(|m| m.get(&ptr.id))
+            .get(&md.namespace, &md.r#type)
+            .and_then(|m| m.get(&md.id))
             .is_some_and(unchanged)
     }
 
@@ -529,7 +650,7 @@ impl Context {
     fn settle(&mut self, ptr: &Pointer, outcome: Attempt) -> Option<RawResource> {
         let stored = match outcome {
             Attempt::Asserted(stored) => {
-                self.asserted.insert(ptr.clone());
+                self.assert_output(&ptr.namespace, &ptr.r#type, &ptr.id);
                 stored
             }
             Attempt::Deferred(current) => {
@@ -539,11 +660,10 @@ impl Context {
             }
             Attempt::Stale => return None,
         };
-        let kind = (ptr.namespace.clone(), ptr.r#type.clone());
-        if let Some(cache) = self.caches.get(&kind) {
+        if let Some(cache) = self.caches.get(&ptr.namespace, &ptr.r#type) {
             cache.record(&stored);
         }
-        if let Some(m) = self.seen.get_mut(&kind) {
+        if let Some(m) = self.seen.get_mut(&ptr.namespace, &ptr.r#type) {
             m.insert(ptr.id.clone(), stored.clone());
         }
         Some(stored)
@@ -826,30 +946,22 @@ impl Context {
 
     /// Tells the kind's cache (if any) that this controller destroyed `id` or found it gone.
     fn cached_gone(&self, namespace: &str, r#type: &str, id: &str) {
-        if let Some(c) = self
-            .caches
-            .get(&(namespace.to_string(), r#type.to_string()))
-        {
+        if let Some(c) = self.caches.get(namespace, r#type) {
             c.forget(id);
         }
     }
 
     /// Tells the kind's cache (if any) that this controller started tearing `id` down.
     fn cached_tearing_down(&self, namespace: &str, r#type: &str, id: &str) {
-        if let Some(c) = self
-            .caches
-            .get(&(namespace.to_string(), r#type.to_string()))
-        {
+        if let Some(c) = self.caches.get(namespace, r#type) {
             c.tearing_down(id);
         }
     }
 
     fn unassert(&mut self, namespace: &str, r#type: &str, id: &str) {
-        self.asserted.remove(&Pointer {
-            namespace: namespace.to_string(),
-            r#type: r#type.to_string(),
-            id: id.to_string(),
-        });
+        if let Some(ids) = self.asserted.get_mut(namespace, r#type) {
+            ids.remove(id);
+        }
     }
 
     // ---- the cycle, for the runtime ----------------------------------------------------------
@@ -883,20 +995,20 @@ impl Context {
             // they are gone by now.
             // A cached kind's memory serves the same way: it is current with every write of
             // this controller, and with others' changes as their events arrive.
-            let kind = (namespace.clone(), r#type.clone());
+            let asserted = self.asserted.get(&namespace, &r#type);
             let unasserted = |view: &std::collections::HashMap<String, RawResource>| {
                 view.values()
                     .filter(|r| {
                         r.metadata.owner == self.name
-                            && !self.asserted.contains(&r.metadata.pointer())
+                            && !asserted.is_some_and(|ids| ids.contains(&r.metadata.id))
                     })
                     .cloned()
                     .collect::<Vec<_>>()
             };
             let cached = self
-                .cache_view(&kind)
+                .cache_view(&namespace, &r#type)
                 .and_then(|c| c.with(|view| unasserted(view)));
-            let (stored, fresh) = match (self.seen.get(&kind), cached) {
+            let (stored, fresh) = match (self.seen.get(&namespace, &r#type), cached) {
                 (Some(view), _) => (unasserted(view), false),
                 (None, Some(stored)) => (stored, false),
                 (None, None) => (
@@ -908,7 +1020,7 @@ impl Context {
             };
             for r in stored {
                 let md = &r.metadata;
-                if md.owner != self.name || self.asserted.contains(&md.pointer()) {
+                if md.owner != self.name || self.is_asserted(&namespace, &r#type, &md.id) {
                     continue;
                 }
                 let ready = match md.phase {

@@ -17,6 +17,11 @@
 //! - After a successful cycle the runtime tears down every resource of the controller's output
 //!   types that it owns and the cycle did not assert, and destroys it once its finalizers are
 //!   gone (on a later cycle if some remain).
+//! - An output kind declared [`Output::cached`] is kept in memory from one watch of the kind
+//!   and the owner's own writes: a cycle compares its outputs with that memory instead of
+//!   listing them, a destroy the owner did not make wakes it, and controllers of the runtime
+//!   reading the kind as a weak input read it there too ([`Context::refresh`] decodes only
+//!   what changed into a [`Mirror`]).
 //! - A failing or panicking controller is retried alone with exponential backoff (100 ms, ×2,
 //!   up to 30 s, reset by a successful cycle); siblings and the runtime go on. Unreachable
 //!   stated is such a failure: controllers retry forever and resync when it is back.
@@ -27,6 +32,7 @@ mod controller;
 mod daemon;
 mod error;
 mod graph;
+mod mirror;
 mod task;
 mod watch;
 
@@ -45,6 +51,7 @@ pub use controller::{Action, Controller, Input, InputKind, Output, OutputKind};
 pub use daemon::DaemonRun;
 pub use error::{DaemonError, ReconcileError, RuntimeError};
 pub use graph::{DependencyGraph, Edge, EdgeKind};
+pub use mirror::Mirror;
 pub use task::{PENDING_POLL, RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX};
 
 use task::TaskEnv;

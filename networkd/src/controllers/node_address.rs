@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
+use cosi::runtime::{Action, Context, Controller, Input, Mirror, Output, ReconcileError};
 use cosi::{Phase, Resource};
 use ipnet::IpNet;
 use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE as CONFIG_NS};
@@ -29,6 +29,11 @@ use machinery::resources::network::{
 #[derive(Debug, Default)]
 pub struct NodeAddressController {
     algorithm: super::source::FromConfig<NodeAddressSortAlgorithm>,
+    /// The AddressStatuses, decoded; each cycle decodes only what changed (thousands of
+    /// addresses are not decoded again at every wake-up).
+    addresses: Mirror<AddressStatusSpec>,
+    /// The LinkStatuses, likewise.
+    links: Mirror<LinkStatusSpec>,
 }
 
 /// Whether an address may be a node address.
@@ -77,9 +82,9 @@ fn is_siderolink(net: &IpNet) -> bool {
 }
 
 /// The address sets, by ID, from the candidates and the previous `default`/`accumulative`.
-pub fn compute(
+pub fn compute<'a>(
     alg: NodeAddressSortAlgorithm,
-    addresses: &[AddressStatusSpec],
+    addresses: impl IntoIterator<Item = &'a AddressStatusSpec>,
     links: &BTreeMap<String, LinkStatusSpec>,
     previous_default: Option<&NodeAddressSpec>,
     previous_accumulative: Option<&NodeAddressSpec>,
@@ -90,7 +95,7 @@ pub fn compute(
             .is_some_and(|l| l.oper_up() && (!l.physical() || l.link_state))
     };
     let mut on_up: Vec<(&str, IpNet)> = addresses
-        .iter()
+        .into_iter()
         .filter(|a| is_candidate(a) && up(&a.link_name))
         .map(|a| (a.link_name.as_str(), a.address))
         .collect();
@@ -183,19 +188,18 @@ impl NodeAddressController {
             })
             .await?;
         let running = |phase: Phase| phase == Phase::Running;
-        let addresses: Vec<AddressStatusSpec> = ctx
-            .list::<AddressStatusSpec>(NAMESPACE)
-            .await?
-            .into_iter()
+        ctx.refresh(NAMESPACE, &mut self.addresses).await?;
+        ctx.refresh(NAMESPACE, &mut self.links).await?;
+        let addresses = self
+            .addresses
+            .iter()
             .filter(|r| running(r.metadata.phase))
-            .map(|r| r.spec)
-            .collect();
-        let links: BTreeMap<String, LinkStatusSpec> = ctx
-            .list::<LinkStatusSpec>(NAMESPACE)
-            .await?
-            .into_iter()
+            .map(|r| &r.spec);
+        let links: BTreeMap<String, LinkStatusSpec> = self
+            .links
+            .iter()
             .filter(|r| running(r.metadata.phase))
-            .map(|r| (r.metadata.id, r.spec))
+            .map(|r| (r.metadata.id.clone(), r.spec.clone()))
             .collect();
         let previous_default = ctx
             .get::<NodeAddressSpec>(NAMESPACE, NODE_ADDRESS_DEFAULT_ID)
@@ -205,7 +209,7 @@ impl NodeAddressController {
             .await?;
         let sets = compute(
             algorithm,
-            &addresses,
+            addresses,
             &links,
             previous_default.as_ref().map(|r| &r.spec),
             previous_accumulative.as_ref().map(|r| &r.spec),
