@@ -1,6 +1,7 @@
 //! networkd's address and route statuses against the real kernel, in a namespace of the test's
 //! own, while an administrator changes addresses, routes and links behind its back with `ip`:
-//! additions and deletions (updated from the kernel's messages), a route replaced, routes the
+//! additions and deletions (updated from the kernel's messages), a route replaced, routes with
+//! several next hops (IPv4, and IPv6 by appending), routes the
 //! kernel flushes without a message per route (an address deleted, a link set down), a link
 //! renamed. At the end the statuses must be exactly what a freshly started networkd lists from
 //! the kernel: a restart then rewrites none of them.
@@ -90,6 +91,18 @@ async fn statuses_follow_the_kernel_and_equal_a_fresh_listing() {
         "src",
         "10.10.1.1",
     ]);
+    // Routes with several next hops: one in the listing, not necessarily one per message.
+    ns.ip(&[
+        "route",
+        "add",
+        "10.25.0.0/24",
+        "nexthop",
+        "via",
+        "10.10.0.253",
+        "nexthop",
+        "via",
+        "10.10.0.252",
+    ]);
     expect(
         &node,
         ADDRESSES,
@@ -106,11 +119,28 @@ async fn statuses_follow_the_kernel_and_equal_a_fresh_listing() {
             "s0/inet6/fd00:10::fe/fd00:20::/64/1024",
             "inet4//10.10.0.0/24/0",
             "inet4//10.24.0.0/24/0",
+            "inet4//10.25.0.0/24/0",
         ],
         &[],
     )
     .await;
 
+    // A second next hop appended to an IPv6 route: reported as the kernel lists it.
+    ns.ip(&[
+        "-6",
+        "route",
+        "append",
+        "fd00:20::/64",
+        "via",
+        "fd00:10::fd",
+    ]);
+    expect(
+        &node,
+        ROUTES,
+        &[],
+        &["s0/inet6/fd00:10::fe/fd00:20::/64/1024"],
+    )
+    .await;
     // Replaced: the old route vanishes without a message of its own.
     ns.ip(&["route", "replace", "10.20.0.0/24", "via", "10.10.1.254"]);
     // Deleted.

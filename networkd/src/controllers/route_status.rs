@@ -4,8 +4,9 @@
 //! It keeps the kernel's routes ([`KernelModel`]) and updates them from the route messages; it
 //! lists them again only when the messages cannot tell everything: at start, after lost
 //! messages, after a link change or an address deletion (the kernel flushes IPv4 routes of a
-//! link that goes down, or of a deleted address, without a message per route), and after a
-//! replace (the replaced route vanishes without one).
+//! link that goes down, or of a deleted address, without a message per route), after a
+//! replace (the replaced route vanishes without one) or an append, and for any route with
+//! several next hops (whose messages need not match the listing's one route).
 
 use cosi::{Action, Context, Controller, Input, Output, ReconcileError};
 use ipnet::IpNet;
@@ -67,6 +68,11 @@ fn apply(
     for c in changes {
         match c {
             Change::Link | Change::DelAddress(_) | Change::NewRoute { replace: true, .. } => {
+                return Ok(false)
+            }
+            Change::NewRoute { route, .. } | Change::DelRoute(route)
+                if !route.multipath.is_empty() =>
+            {
                 return Ok(false)
             }
             Change::NewAddress(_) => {}

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, AsyncSocket, AsyncSocketExt, SocketAddr, TokioSocket};
-use rtnetlink::packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLM_F_REPLACE};
+use rtnetlink::packet_core::{
+    NetlinkBuffer, NetlinkMessage, NetlinkPayload, NLM_F_APPEND, NLM_F_REPLACE,
+};
 
 use super::{Address, Error, Route};
 
@@ -44,11 +46,12 @@ pub enum Change {
     NewAddress(Address),
     /// An address vanished.
     DelAddress(Address),
-    /// A route appeared; `replace` if it replaced another (which vanished without a message).
+    /// A route appeared; `replace` if it replaced another (which vanished without a message)
+    /// or joined one as a further next hop.
     NewRoute {
         /// The route.
         route: Route,
-        /// `NLM_F_REPLACE` was set.
+        /// `NLM_F_REPLACE` or `NLM_F_APPEND` was set.
         replace: bool,
     },
     /// A route vanished.
@@ -109,7 +112,7 @@ pub fn parse(mut datagram: &[u8]) -> Option<Vec<Change>> {
         // Messages are 4-byte aligned; the last one may lack the padding.
         let next = len.checked_add(3)? & !3;
         let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(datagram.get(..len)?).ok()?;
-        let replace = msg.header.flags & NLM_F_REPLACE != 0;
+        let replace = msg.header.flags & (NLM_F_REPLACE | NLM_F_APPEND) != 0;
         if let NetlinkPayload::InnerMessage(m) = msg.payload {
             match m {
                 RouteNetlinkMessage::NewLink(_) | RouteNetlinkMessage::DelLink(_) => {
@@ -226,5 +229,92 @@ impl Watcher {
             }
         });
         Ok(Self { task })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+    use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+    use netlink_packet_route::AddressFamily;
+    use rtnetlink::packet_core::NetlinkHeader;
+
+    fn bytes(payload: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
+        let mut header = NetlinkHeader::default();
+        header.flags = flags;
+        let mut msg = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(payload));
+        msg.finalize();
+        let mut buf = vec![0; msg.buffer_len()];
+        msg.serialize(&mut buf);
+        buf
+    }
+
+    fn route() -> RouteMessage {
+        let mut r = RouteMessage::default();
+        r.header.address_family = AddressFamily::Inet;
+        r.header.destination_prefix_length = 24;
+        r.attributes
+            .push(RouteAttribute::Destination(RouteAddress::Inet(
+                "10.9.0.0".parse().expect("ip"),
+            )));
+        r
+    }
+
+    fn address() -> AddressMessage {
+        let mut a = AddressMessage::default();
+        a.header.family = AddressFamily::Inet;
+        a.header.prefix_len = 24;
+        a.header.index = 3;
+        a.attributes
+            .push(AddressAttribute::Address("10.9.0.1".parse().expect("ip")));
+        a
+    }
+
+    #[test]
+    fn a_datagram_of_several_messages_parses_in_order() {
+        let mut datagram = bytes(RouteNetlinkMessage::NewRoute(route()), NLM_F_REPLACE);
+        datagram.extend(bytes(RouteNetlinkMessage::DelAddress(address()), 0));
+        datagram.extend(bytes(RouteNetlinkMessage::NewRoute(route()), 0));
+        let changes = parse(&datagram).expect("parses");
+        assert_eq!(changes.len(), 3, "{changes:?}");
+        assert!(matches!(
+            &changes[0],
+            Change::NewRoute { route, replace: true } if route.dst_len == 24
+        ));
+        assert!(matches!(&changes[1], Change::DelAddress(a) if a.index == 3 && a.prefix_len == 24));
+        assert!(matches!(
+            &changes[2],
+            Change::NewRoute { replace: false, .. }
+        ));
+    }
+
+    #[test]
+    fn a_cut_datagram_is_lost_and_the_log_says_so() {
+        let mut datagram = bytes(RouteNetlinkMessage::NewRoute(route()), 0);
+        datagram.extend(bytes(RouteNetlinkMessage::NewRoute(route()), 0));
+        datagram.truncate(datagram.len() - 5);
+        assert_eq!(parse(&datagram), None);
+        let log = ChangeLog::default();
+        log.record(&bytes(RouteNetlinkMessage::NewRoute(route()), 0));
+        assert_eq!(log.take().map(|c| c.len()), Some(1));
+        log.record(&datagram);
+        log.record(&bytes(RouteNetlinkMessage::NewRoute(route()), 0));
+        assert_eq!(log.take(), None, "lost until read");
+        assert_eq!(log.take(), Some(vec![]), "then empty again");
+    }
+
+    #[test]
+    fn the_log_is_bounded() {
+        let log = ChangeLog::default();
+        let one = bytes(RouteNetlinkMessage::NewRoute(route()), 0);
+        for _ in 0..MAX_RECORDED {
+            log.record(&one);
+        }
+        assert_eq!(log.take().map(|c| c.len()), Some(MAX_RECORDED));
+        for _ in 0..=MAX_RECORDED {
+            log.record(&one);
+        }
+        assert_eq!(log.take(), None, "one more than the bound is lost, not kept");
     }
 }
