@@ -1,11 +1,10 @@
 //! One aggregated kind watch per (namespace, type), fanned out to the controllers whose inputs
 //! match, as coalesced wake-ups.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-
-use std::sync::Arc;
 
 use crate::client::{Client, Event, EventKind, WatchSpec};
 use crate::resource::{Metadata, Phase};

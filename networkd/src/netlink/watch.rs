@@ -315,6 +315,10 @@ mod tests {
         for _ in 0..=MAX_RECORDED {
             log.record(&one);
         }
-        assert_eq!(log.take(), None, "one more than the bound is lost, not kept");
+        assert_eq!(
+            log.take(),
+            None,
+            "one more than the bound is lost, not kept"
+        );
     }
 }
