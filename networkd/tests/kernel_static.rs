@@ -82,8 +82,11 @@ async fn static_config_converges_and_survives_restarts() {
         let a = ns.addresses("eth0");
         (has(&a, "192.0.2.10/24") && has(&a, "192.0.2.11/24")).then_some(())
     });
-    let link = ns.link("eth0").expect("eth0");
-    assert_eq!(link["mtu"], 1400);
+    // The MTU (the link spec) and the addresses (the address specs) are applied by different
+    // controllers: neither waits for the other.
+    let link = wait_for("eth0 with MTU 1400", CONVERGE, || {
+        ns.link("eth0").filter(|l| l["mtu"] == 1400)
+    });
     assert!(
         link["flags"]
             .as_array()

@@ -14,7 +14,7 @@
 //! Unlike upstream, the controller also watches the address groups, so an address deleted behind
 //! networkd's back is restored at once rather than on the next link event. A pass looks the
 //! kernel's addresses up by link and prefix (not a scan per spec) and has up to
-//! [`IN_FLIGHT`](super::link_spec::IN_FLIGHT) netlink requests outstanding.
+//! `link_spec::IN_FLIGHT` (32) netlink requests outstanding.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -1,7 +1,7 @@
 //! AddressStatusController: kernel addresses → AddressStatus (`network`, ID
 //! `<link>/<address>/<prefix>`), woken by every burst of link or address events.
 //!
-//! It keeps the kernel's addresses ([`KernelModel`]) and updates them from the address
+//! It keeps the kernel's addresses (an [`Observer`]) and updates them from the address
 //! messages; it lists them again at start, after lost messages and after a link change (a
 //! renamed link renames its addresses' IDs).
 
@@ -11,9 +11,9 @@ use cosi::{Action, Context, Controller, Input, Output, ReconcileError};
 use ipnet::IpNet;
 use machinery::resources::network::{address_id, AddressFlags, AddressStatusSpec, Family, Scope};
 
-use super::kernel_model::KernelModel;
+use super::kernel_model::{Observed, Observer, Step};
 use crate::netlink::watch::Change;
-use crate::netlink::{watch, Address, Kernel, Link};
+use crate::netlink::{watch, Address, Error, Link, Netlink};
 
 /// The owner name.
 pub const NAME: &str = "network.AddressStatusController";
@@ -21,46 +21,45 @@ pub const NAME: &str = "network.AddressStatusController";
 /// Reports kernel addresses.
 #[derive(Debug)]
 pub struct AddressStatusController {
-    kernel: Kernel,
-    /// The links as last listed, and the addresses as listed and updated since; `None` until
-    /// the first listing.
-    model: Option<(Vec<Link>, KernelModel<Address>)>,
+    observer: Observer<Address>,
 }
 
 impl Default for AddressStatusController {
     fn default() -> Self {
         Self {
-            kernel: Kernel::recording(watch::GROUP_LINK | watch::GROUPS_ADDRESS),
-            model: None,
+            observer: Observer::new(watch::GROUP_LINK | watch::GROUPS_ADDRESS),
         }
     }
 }
 
-/// Whether two kernel addresses of one status ID are the same address.
-fn same_address(a: &Address, b: &Address) -> bool {
-    a.index == b.index
-        && a.address == b.address
-        && a.prefix_len == b.prefix_len
-        && a.local == b.local
-}
+impl Observed for Address {
+    type Status = AddressStatusSpec;
+    const LISTING: &'static str = "list addresses";
 
-/// Applies the address messages to `model`; `false` if they cannot tell everything (the
-/// caller lists again).
-fn apply(
-    model: &mut KernelModel<Address>,
-    links: &[Link],
-    changes: Vec<Change>,
-) -> Result<bool, ReconcileError> {
-    let status = |a: &Address| status(a, links);
-    for c in changes {
-        match c {
-            Change::Link => return Ok(false),
-            Change::NewAddress(a) => model.upsert(a, same_address, status)?,
-            Change::DelAddress(a) => model.remove(&a, same_address, status)?,
-            Change::NewRoute { .. } | Change::DelRoute(_) => {}
+    fn list(nl: &Netlink) -> impl std::future::Future<Output = Result<Vec<Self>, Error>> + Send {
+        nl.addresses()
+    }
+
+    fn status(&self, links: &[Link]) -> Option<(String, AddressStatusSpec)> {
+        status(self, links)
+    }
+
+    fn same(&self, b: &Self) -> bool {
+        self.index == b.index
+            && self.address == b.address
+            && self.prefix_len == b.prefix_len
+            && self.local == b.local
+    }
+
+    fn step(change: Change) -> Step<Self> {
+        match change {
+            // A renamed link renames its addresses' IDs.
+            Change::Link => Step::Relist,
+            Change::NewAddress(a) => Step::Upsert(a),
+            Change::DelAddress(a) => Step::Remove(a),
+            Change::NewRoute { .. } | Change::DelRoute(_) => Step::Ignore,
         }
     }
-    Ok(true)
 }
 
 /// The ID and status of one kernel address; `None` if its link is unknown or its prefix invalid.
@@ -97,37 +96,6 @@ impl Controller for AddressStatusController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let nl = self
-            .kernel
-            .connect(&ctx.waker())
-            .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
-            .clone();
-        // Taken before any listing: what arrives during one is applied (again) next time,
-        // which changes nothing the listing already has.
-        let changes = self.kernel.changes();
-        let updated = match (self.model.as_mut(), changes) {
-            // A status that does not encode leaves the model half updated: listed again
-            // (where the error is reported).
-            (Some((links, model)), Some(changes)) => apply(model, links, changes).unwrap_or(false),
-            _ => false,
-        };
-        if !updated {
-            // Dropped first: a failed listing lists again next time.
-            self.model = None;
-            let links = nl
-                .links()
-                .await
-                .map_err(|e| ReconcileError::failed("list links", e))?;
-            let addresses = nl
-                .addresses()
-                .await
-                .map_err(|e| ReconcileError::failed("list addresses", e))?;
-            let model = KernelModel::listed(addresses, |a| status(a, &links))?;
-            self.model = Some((links, model));
-        }
-        if let Some((_, model)) = &self.model {
-            ctx.apply_all_raw(model.resources()).await?;
-        }
-        Ok(Action::AwaitChange)
+        self.observer.reconcile(ctx).await
     }
 }

@@ -5,9 +5,122 @@
 //! a dump, a status and an encoding of every route.
 
 use std::collections::HashMap;
+use std::future::Future;
 
-use cosi::{RawResource, ReconcileError, Resource, ResourceSpec};
+use cosi::{Action, Context, RawResource, ReconcileError, Resource, ResourceSpec};
 use machinery::resources::network::NAMESPACE;
+
+use crate::netlink::watch::Change;
+use crate::netlink::{Error, Kernel, Link, Netlink};
+
+/// A kind of kernel object a status controller reports and follows from the kernel's messages.
+pub trait Observed: Sized + Send + Sync + 'static {
+    /// Its status.
+    type Status: ResourceSpec;
+    /// What a listing is, for its error (`list routes`).
+    const LISTING: &'static str;
+    /// Every object of the kind.
+    fn list(nl: &Netlink) -> impl Future<Output = Result<Vec<Self>, Error>> + Send;
+    /// Its status ID and status; `None` if it is not reported.
+    fn status(&self, links: &[Link]) -> Option<(String, Self::Status)>;
+    /// Whether two objects of one status ID are the same kernel object.
+    fn same(&self, other: &Self) -> bool;
+    /// What a kernel message means for the objects.
+    fn step(change: Change) -> Step<Self>;
+}
+
+/// What a kernel message means for a [`KernelModel`].
+#[derive(Debug)]
+pub enum Step<T> {
+    /// The object appeared or changed.
+    Upsert(T),
+    /// The object vanished.
+    Remove(T),
+    /// Nothing for this kind.
+    Ignore,
+    /// The messages cannot tell everything: list again.
+    Relist,
+}
+
+/// A status controller's kernel side: the recording watch and the model of the objects.
+#[derive(Debug)]
+pub struct Observer<T> {
+    kernel: Kernel,
+    /// The links as last listed, and the objects as listed and updated since; `None` until the
+    /// first listing.
+    model: Option<(Vec<Link>, KernelModel<T>)>,
+}
+
+impl<T: Observed> Observer<T> {
+    /// An observer of the multicast `groups` (`watch::GROUP_*`).
+    pub fn new(groups: u32) -> Self {
+        Self {
+            kernel: Kernel::recording(groups),
+            model: None,
+        }
+    }
+
+    /// Brings the model up to date (from the messages, or a listing when they cannot tell
+    /// everything) and asserts every status.
+    ///
+    /// # Errors
+    ///
+    /// The kernel cannot be reached or listed; a status does not encode; writes to stated.
+    pub async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        let nl = self
+            .kernel
+            .connect(&ctx.waker())
+            .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
+            .clone();
+        // Taken before any listing: what arrives during one is applied (again) next time,
+        // which changes nothing the listing already has.
+        let changes = self.kernel.changes();
+        let updated = match (self.model.as_mut(), changes) {
+            // A status that does not encode leaves the model half updated: listed again
+            // (where the error is reported).
+            (Some((links, model)), Some(changes)) => model.apply(links, changes).unwrap_or(false),
+            _ => false,
+        };
+        if !updated {
+            // Dropped first: a failed listing lists again next time.
+            self.model = None;
+            let links = nl
+                .links()
+                .await
+                .map_err(|e| ReconcileError::failed("list links", e))?;
+            let objects = T::list(&nl)
+                .await
+                .map_err(|e| ReconcileError::failed(T::LISTING, e))?;
+            let model = KernelModel::listed(objects, |o| o.status(&links))?;
+            self.model = Some((links, model));
+        }
+        if let Some((_, model)) = &self.model {
+            ctx.apply_all_raw(model.resources()).await?;
+        }
+        Ok(Action::AwaitChange)
+    }
+}
+
+impl<T: Observed> KernelModel<T> {
+    /// Applies the kernel's messages in order; `false` if they cannot tell everything (the
+    /// caller lists again).
+    ///
+    /// # Errors
+    ///
+    /// A status that does not encode.
+    pub fn apply(&mut self, links: &[Link], changes: Vec<Change>) -> Result<bool, ReconcileError> {
+        let status = |o: &T| o.status(links);
+        for c in changes {
+            match T::step(c) {
+                Step::Upsert(o) => self.upsert(o, T::same, status)?,
+                Step::Remove(o) => self.remove(&o, T::same, status)?,
+                Step::Ignore => {}
+                Step::Relist => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+}
 
 /// Kernel objects of one kind by status ID.
 #[derive(Debug)]

@@ -12,8 +12,8 @@
 //!   exists before the default route through it (upstream #4320). ENETUNREACH and friends fail
 //!   the pass, which is retried with backoff and on every route or link event.
 //! - A pass looks the kernel's routes up by their identity (not a scan per spec) and has up to
-//!   [`IN_FLIGHT`](super::link_spec::IN_FLIGHT) netlink requests outstanding: the routes without a gateway all at once, then
-//!   those with one.
+//!   `link_spec::IN_FLIGHT` (32) netlink requests outstanding: the routes without a gateway
+//!   all at once, then those with one.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

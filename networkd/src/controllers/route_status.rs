@@ -1,7 +1,7 @@
 //! RouteStatusController: kernel routes (IPv4 and IPv6, every table) → RouteStatus (`network`,
 //! ID as upstream's `RouteID`), woken by every burst of route, address or link events.
 //!
-//! It keeps the kernel's routes ([`KernelModel`]) and updates them from the route messages; it
+//! It keeps the kernel's routes (an [`Observer`]) and updates them from the route messages; it
 //! lists them again only when the messages cannot tell everything: at start, after lost
 //! messages, after a link change or an address deletion (the kernel flushes IPv4 routes of a
 //! link that goes down, or of a deleted address, without a message per route), after a
@@ -14,9 +14,9 @@ use machinery::resources::network::{
     route_id, Family, RouteFlags, RouteProtocol, RouteStatusSpec, RouteType, RoutingTable, Scope,
 };
 
-use super::kernel_model::KernelModel;
+use super::kernel_model::{Observed, Observer, Step};
 use crate::netlink::watch::Change;
-use crate::netlink::{watch, Kernel, Link, Route, AF_INET, AF_INET6};
+use crate::netlink::{watch, Error, Link, Netlink, Route, AF_INET, AF_INET6};
 
 /// `RTM_F_CLONED`: a cached route (IPv6 exceptions), not a route of a table.
 const RTM_F_CLONED: u32 = 0x200;
@@ -27,63 +27,60 @@ pub const NAME: &str = "network.RouteStatusController";
 /// Reports kernel routes.
 #[derive(Debug)]
 pub struct RouteStatusController {
-    kernel: Kernel,
-    /// The links as last listed, and the routes as listed and updated since; `None` until the
-    /// first listing.
-    model: Option<(Vec<Link>, KernelModel<Route>)>,
+    observer: Observer<Route>,
 }
 
 impl Default for RouteStatusController {
     fn default() -> Self {
         Self {
-            kernel: Kernel::recording(
+            observer: Observer::new(
                 watch::GROUP_LINK | watch::GROUPS_ROUTE | watch::GROUPS_ADDRESS,
             ),
-            model: None,
         }
     }
 }
 
-/// Whether two kernel routes of one status ID are the same route (the ID already covers table,
-/// family, destination, gateway, priority and link name).
-fn same_route(a: &Route, b: &Route) -> bool {
-    a.family == b.family
-        && a.table == b.table
-        && a.dst == b.dst
-        && a.dst_len == b.dst_len
-        && a.priority == b.priority
-        && a.gateway == b.gateway
-        && a.oif == b.oif
-        && a.kind == b.kind
-}
+impl Observed for Route {
+    type Status = RouteStatusSpec;
+    const LISTING: &'static str = "list routes";
 
-/// Applies the route messages to `model`; `false` if they cannot tell everything (the caller
-/// lists again).
-fn apply(
-    model: &mut KernelModel<Route>,
-    links: &[Link],
-    changes: Vec<Change>,
-) -> Result<bool, ReconcileError> {
-    let status = |r: &Route| status(r, links);
-    for c in changes {
-        match c {
+    fn list(nl: &Netlink) -> impl std::future::Future<Output = Result<Vec<Self>, Error>> + Send {
+        nl.routes()
+    }
+
+    fn status(&self, links: &[Link]) -> Option<(String, RouteStatusSpec)> {
+        status(self, links)
+    }
+
+    /// The ID already covers table, family, destination, gateway, priority and link name.
+    fn same(&self, b: &Self) -> bool {
+        self.family == b.family
+            && self.table == b.table
+            && self.dst == b.dst
+            && self.dst_len == b.dst_len
+            && self.priority == b.priority
+            && self.gateway == b.gateway
+            && self.oif == b.oif
+            && self.kind == b.kind
+    }
+
+    fn step(change: Change) -> Step<Self> {
+        match change {
             Change::Link | Change::DelAddress(_) | Change::NewRoute { replace: true, .. } => {
-                return Ok(false)
+                Step::Relist
             }
             Change::NewRoute { route, .. } | Change::DelRoute(route)
                 if !route.multipath.is_empty() =>
             {
-                return Ok(false)
+                Step::Relist
             }
-            Change::NewAddress(_) => {}
             Change::NewRoute { route, .. } if route.flags & RTM_F_CLONED == 0 => {
-                model.upsert(route, same_route, status)?;
+                Step::Upsert(route)
             }
-            Change::DelRoute(route) => model.remove(&route, same_route, status)?,
-            Change::NewRoute { .. } => {}
+            Change::DelRoute(route) => Step::Remove(route),
+            Change::NewAddress(_) | Change::NewRoute { .. } => Step::Ignore,
         }
     }
-    Ok(true)
 }
 
 /// The ID and status of one kernel route; `None` for families other than IPv4/IPv6 or an
@@ -144,37 +141,6 @@ impl Controller for RouteStatusController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let nl = self
-            .kernel
-            .connect(&ctx.waker())
-            .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
-            .clone();
-        // Taken before any listing: what arrives during one is applied (again) next time,
-        // which changes nothing the listing already has.
-        let changes = self.kernel.changes();
-        let updated = match (self.model.as_mut(), changes) {
-            // A status that does not encode leaves the model half updated: listed again
-            // (where the error is reported).
-            (Some((links, model)), Some(changes)) => apply(model, links, changes).unwrap_or(false),
-            _ => false,
-        };
-        if !updated {
-            // Dropped first: a failed listing lists again next time.
-            self.model = None;
-            let links = nl
-                .links()
-                .await
-                .map_err(|e| ReconcileError::failed("list links", e))?;
-            let routes = nl
-                .routes()
-                .await
-                .map_err(|e| ReconcileError::failed("list routes", e))?;
-            let model = KernelModel::listed(routes, |r| status(r, &links))?;
-            self.model = Some((links, model));
-        }
-        if let Some((_, model)) = &self.model {
-            ctx.apply_all_raw(model.resources()).await?;
-        }
-        Ok(Action::AwaitChange)
+        self.observer.reconcile(ctx).await
     }
 }
