@@ -174,7 +174,8 @@ impl Context {
         }
     }
 
-    /// Sets the caches of the controller's cached output kinds.
+    /// Sets the runtime's caches of the kinds this controller writes or reads (the cached
+    /// output kinds of any controller of the runtime).
     pub(crate) fn with_caches(
         mut self,
         caches: impl IntoIterator<Item = (Kind, Arc<KindCache>)>,

@@ -46,18 +46,16 @@ impl<S: ResourceSpec> Mirror<S> {
         self.items.is_empty()
     }
 
-    /// Makes the mirror hold exactly `current`, decoding only the resources that are new or
-    /// of another version or incarnation. On a decode error the mirror keeps what it had for
-    /// that ID's predecessors and the error is returned (the next refresh tries again).
-    pub(crate) fn sync<'a>(
+    /// Makes the mirror hold exactly `current` (whose IDs `contains` answers for), decoding
+    /// only the resources that are new or of another version or incarnation. A resource that
+    /// does not decode is an error, and the mirror stays partly refreshed: the next refresh
+    /// decodes what is still missing or outdated.
+    fn sync<'a>(
         &mut self,
         current: impl IntoIterator<Item = &'a RawResource>,
-        len: usize,
         contains: impl Fn(&str) -> bool,
     ) -> Result<(), SpecError> {
-        if self.items.len() > len || self.items.keys().any(|id| !contains(id)) {
-            self.items.retain(|id, _| contains(id));
-        }
+        self.items.retain(|id, _| contains(id));
         for r in current {
             let md = &r.metadata;
             if self
@@ -85,16 +83,14 @@ impl<S: ResourceSpec> Mirror<S> {
         &mut self,
         current: &HashMap<String, RawResource>,
     ) -> Result<(), SpecError> {
-        self.sync(current.values(), current.len(), |id| {
-            current.contains_key(id)
-        })
+        self.sync(current.values(), |id| current.contains_key(id))
     }
 
     /// [`sync`](Self::sync) from a listing.
     pub(crate) fn sync_list(&mut self, current: &[RawResource]) -> Result<(), SpecError> {
         let ids: std::collections::HashSet<&str> =
             current.iter().map(|r| r.metadata.id.as_str()).collect();
-        self.sync(current, current.len(), |id| ids.contains(id))
+        self.sync(current, |id| ids.contains(id))
     }
 }
 
