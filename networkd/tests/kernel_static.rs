@@ -181,6 +181,42 @@ async fn static_config_converges_and_survives_restarts() {
         has(&ns.addresses("eth0"), "192.0.2.11/24").then_some(())
     });
 
+    // A route deleted behind networkd's back comes back (networkd follows its routes from the
+    // kernel's messages: the deletion's message must wake it and remove the route it knew).
+    node.netns.ip(&[
+        "route",
+        "del",
+        "198.51.100.0/24",
+        "via",
+        "192.0.2.1",
+        "metric",
+        "100",
+    ]);
+    let ns = &node.netns;
+    wait_for("198.51.100.0/24 restored", CONVERGE, || {
+        ns.route("198.51.100.0/24")
+    });
+    // A route changed behind its back (another MTU, by replace) is put back as its spec says.
+    node.netns.ip(&[
+        "route",
+        "replace",
+        "198.51.100.0/24",
+        "via",
+        "192.0.2.1",
+        "dev",
+        "eth0",
+        "metric",
+        "100",
+        "proto",
+        "84",
+        "mtu",
+        "1300",
+    ]);
+    wait_for("198.51.100.0/24 without the foreign MTU", CONVERGE, || {
+        ns.route("198.51.100.0/24")
+            .filter(|r| !r.to_string().contains("1300"))
+    });
+
     // A link set down comes back up, and its routes with it (the kernel flushed them).
     node.netns.ip(&["link", "set", "eth0", "down"]);
     let ns = &node.netns;

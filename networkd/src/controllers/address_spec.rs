@@ -12,18 +12,17 @@
 //!   gratuitous ARP on an Ethernet link ([`crate::arp`]).
 //!
 //! Unlike upstream, the controller also watches the address groups, so an address deleted behind
-//! networkd's back is restored at once rather than on the next link event. A pass looks the
-//! kernel's addresses up by link and prefix (not a scan per spec) and has up to
-//! `link_spec::IN_FLIGHT` (32) netlink requests outstanding.
-
-use std::collections::HashMap;
-use std::net::IpAddr;
+//! networkd's back is restored at once rather than on the next link event. The kernel's
+//! addresses are followed from its messages ([`Follower`]), not dumped at every pass: a pass
+//! looks them up by link and prefix (not a scan per spec) and has up to `link_spec::IN_FLIGHT`
+//! (32) netlink requests outstanding.
 
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
 use machinery::resources::network::{AddressFlags, AddressSpec, AddressSpecSpec, NAMESPACE};
 
-use crate::netlink::{self, watch, Address, AddressAdd, Kernel, Link};
+use crate::netlink::{self, watch, Address, AddressAdd, Link};
 
+use super::kernel_model::{Follower, Table};
 use super::link_spec::{aggregate, in_flight};
 
 /// The owner and finalizer name.
@@ -32,13 +31,14 @@ pub const NAME: &str = "network.AddressSpecController";
 /// Applies AddressSpecs to the kernel.
 #[derive(Debug)]
 pub struct AddressSpecController {
-    kernel: Kernel,
+    /// The kernel's addresses.
+    addresses: Follower<Address>,
 }
 
 impl Default for AddressSpecController {
     fn default() -> Self {
         Self {
-            kernel: Kernel::new(watch::GROUP_LINK | watch::GROUPS_ADDRESS),
+            addresses: Follower::new(watch::GROUP_LINK | watch::GROUPS_ADDRESS),
         }
     }
 }
@@ -57,22 +57,13 @@ impl Controller for AddressSpecController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let nl = self
-            .kernel
-            .connect(&ctx.waker())
-            .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
-            .clone();
         let specs = ctx.list::<AddressSpecSpec>(NAMESPACE).await?;
+        let (nl, addresses) = self.addresses.sync(&ctx.waker()).await?;
         let links = nl
             .links()
             .await
             .map_err(|e| ReconcileError::failed("list links", e))?;
-        let addresses = nl
-            .addresses()
-            .await
-            .map_err(|e| ReconcileError::failed("list addresses", e))?;
         ctx.add_finalizers(&specs, NAME).await?;
-        let index = AddressIndex::new(&addresses);
         let mut errors = Vec::new();
         // Teardowns first, one by one, so that a replaced address is gone before its successor
         // comes; then every running spec, many requests in flight.
@@ -80,39 +71,29 @@ impl Controller for AddressSpecController {
             .iter()
             .filter(|s| s.metadata.phase == Phase::TearingDown)
         {
-            if let Err(e) = teardown(ctx, &nl, spec, &links, &index).await {
+            if let Err(e) = teardown(ctx, &nl, spec, &links, addresses).await {
                 errors.push(e);
             }
         }
         let passes = specs
             .iter()
             .filter(|s| s.metadata.phase == Phase::Running)
-            .map(|s| converge(&nl, &s.spec, &links, &index));
+            .map(|s| converge(&nl, &s.spec, &links, addresses));
         let results = in_flight(passes.collect()).await;
         errors.extend(results.into_iter().filter_map(Result::err));
         aggregate("addresses", errors)
     }
 }
 
-/// The kernel's addresses by link index, address and prefix length.
-struct AddressIndex<'a>(HashMap<(u32, IpAddr, u8), &'a Address>);
-
-impl<'a> AddressIndex<'a> {
-    fn new(addresses: &'a [Address]) -> Self {
-        let mut map = HashMap::with_capacity(addresses.len());
-        for a in addresses {
-            // The first of duplicates, as a scan would find.
-            map.entry((a.index, a.address, a.prefix_len)).or_insert(a);
-        }
-        Self(map)
-    }
-
-    /// The kernel address a spec describes, on `link`.
-    fn find(&self, link: &Link, s: &AddressSpecSpec) -> Option<&'a Address> {
-        self.0
-            .get(&(link.index, s.address.addr(), s.address.prefix_len()))
-            .copied()
-    }
+/// The kernel address a spec describes on `link` (the first of several with different peers).
+fn find<'a>(
+    addresses: &'a Table<Address>,
+    link: &Link,
+    s: &AddressSpecSpec,
+) -> Option<&'a Address> {
+    addresses
+        .get(&(link.index, s.address.addr(), s.address.prefix_len()))
+        .first()
 }
 
 /// Whether the kernel address already is what the spec asks for.
@@ -127,12 +108,12 @@ async fn teardown(
     nl: &netlink::Netlink,
     spec: &AddressSpec,
     links: &[Link],
-    index: &AddressIndex<'_>,
+    addresses: &Table<Address>,
 ) -> Result<(), ReconcileError> {
     let s = &spec.spec;
     // A missing link took its addresses with it.
     if let Some(link) = netlink::resolve_link(links, &s.link_name, false) {
-        if let Some(a) = index.find(link, s) {
+        if let Some(a) = find(addresses, link, s) {
             if a.is_owned() {
                 match nl.delete_address(a).await {
                     Ok(()) => {
@@ -160,13 +141,13 @@ async fn converge(
     nl: &netlink::Netlink,
     s: &AddressSpecSpec,
     links: &[Link],
-    index: &AddressIndex<'_>,
+    addresses: &Table<Address>,
 ) -> Result<(), ReconcileError> {
     let Some(link) = netlink::resolve_link(links, &s.link_name, false) else {
         tracing::debug!(link = %s.link_name, address = %s.address, "link missing");
         return Ok(());
     };
-    if let Some(a) = index.find(link, s) {
+    if let Some(a) = find(addresses, link, s) {
         if matches(a, s) {
             return Ok(());
         }

@@ -11,7 +11,7 @@ use cosi::{Action, Context, Controller, Input, Output, ReconcileError};
 use ipnet::IpNet;
 use machinery::resources::network::{address_id, AddressFlags, AddressStatusSpec, Family, Scope};
 
-use super::kernel_model::{Observed, Observer, Step};
+use super::kernel_model::{Followed, Observed, Observer, Step};
 use crate::netlink::watch::Change;
 use crate::netlink::{watch, Address, Error, Link, Netlink};
 
@@ -32,16 +32,17 @@ impl Default for AddressStatusController {
     }
 }
 
-impl Observed for Address {
-    type Status = AddressStatusSpec;
+impl Followed for Address {
+    /// Link index, address and prefix length.
+    type Key = (u32, IpAddr, u8);
     const LISTING: &'static str = "list addresses";
 
     fn list(nl: &Netlink) -> impl std::future::Future<Output = Result<Vec<Self>, Error>> + Send {
         nl.addresses()
     }
 
-    fn status(&self, links: &[Link]) -> Option<(String, AddressStatusSpec)> {
-        status(self, links)
+    fn key(&self) -> Self::Key {
+        (self.index, self.address, self.prefix_len)
     }
 
     fn same(&self, b: &Self) -> bool {
@@ -53,12 +54,20 @@ impl Observed for Address {
 
     fn step(change: Change) -> Step<Self> {
         match change {
-            // A renamed link renames its addresses' IDs.
+            // A renamed link renames its addresses' IDs; a deleted one takes its addresses.
             Change::Link => Step::Relist,
             Change::NewAddress(a) => Step::Upsert(a),
             Change::DelAddress(a) => Step::Remove(a),
             Change::NewRoute { .. } | Change::DelRoute(_) => Step::Ignore,
         }
+    }
+}
+
+impl Observed for Address {
+    type Status = AddressStatusSpec;
+
+    fn status(&self, links: &[Link]) -> Option<(String, AddressStatusSpec)> {
+        status(self, links)
     }
 }
 

@@ -1,11 +1,20 @@
-//! The shape of a status controller that updates from the kernel's messages: the kernel's objects
-//! of one kind grouped by status ID, each group with its status encoded once, rebuilt from a
-//! listing when the messages cannot be trusted to tell everything and otherwise updated one
-//! message at a time. A wake-up of a node with thousands of routes then costs what changed, not
-//! a dump, a status and an encoding of every route.
+//! The shape of a controller that follows the kernel's objects of one kind from the kernel's
+//! messages instead of dumping them at every wake-up, listing them again only when the messages
+//! cannot be trusted to tell everything.
+//!
+//! - A status controller ([`Observer`]) keeps them grouped by status ID, each group with its
+//!   status encoded once ([`KernelModel`]): a wake-up of a node with thousands of routes then
+//!   costs what changed, not a dump, a status and an encoding of every route.
+//! - A spec controller ([`Follower`]) keeps them by the kernel's identity ([`Table`]), where it
+//!   looks up what its specs describe: the status controller of the same kind already follows
+//!   them from the messages, so a dump of every route at every pass would be a second reading
+//!   of what networkd already knows. What a pass adds or deletes comes back as messages and
+//!   wakes it again; a stale belief costs one request answered `EEXIST` or `ENOENT`, which the
+//!   spec controllers take as done.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
 
 use cosi::{Action, Context, RawResource, ReconcileError, Resource, ResourceSpec};
 use machinery::resources::network::NAMESPACE;
@@ -13,20 +22,144 @@ use machinery::resources::network::NAMESPACE;
 use crate::netlink::watch::Change;
 use crate::netlink::{Error, Kernel, Link, Netlink};
 
-/// A kind of kernel object a status controller reports and follows from the kernel's messages.
-pub trait Observed: Sized + Send + Sync + 'static {
-    /// Its status.
-    type Status: ResourceSpec;
+/// A kind of kernel object a controller follows from the kernel's messages.
+pub trait Followed: Sized + Send + Sync + 'static {
+    /// The kernel's identity of an object as a spec describes it (several objects may share
+    /// one, e.g. routes of different types).
+    type Key: Hash + Eq + Send + Sync + std::fmt::Debug;
     /// What a listing is, for its error (`list routes`).
     const LISTING: &'static str;
     /// Every object of the kind.
     fn list(nl: &Netlink) -> impl Future<Output = Result<Vec<Self>, Error>> + Send;
-    /// Its status ID and status; `None` if it is not reported.
-    fn status(&self, links: &[Link]) -> Option<(String, Self::Status)>;
-    /// Whether two objects of one status ID are the same kernel object.
+    /// Its identity.
+    fn key(&self) -> Self::Key;
+    /// Whether two objects of one key or status ID are the same kernel object.
     fn same(&self, other: &Self) -> bool;
     /// What a kernel message means for the objects.
     fn step(change: Change) -> Step<Self>;
+}
+
+/// A kind of kernel object a status controller reports.
+pub trait Observed: Followed {
+    /// Its status.
+    type Status: ResourceSpec;
+    /// Its status ID and status; `None` if it is not reported.
+    fn status(&self, links: &[Link]) -> Option<(String, Self::Status)>;
+}
+
+/// The kernel's recorded messages applied to `state` with `apply`; `None` when the caller must
+/// list again: no state yet, messages lost, or `apply` says they cannot tell everything.
+fn updated<S>(
+    kernel: &Kernel,
+    state: Option<S>,
+    apply: impl FnOnce(&mut S, Vec<Change>) -> bool,
+) -> Option<S> {
+    // Taken before any listing: what arrives during one is applied (again) next time, which
+    // changes nothing the listing already has.
+    let changes = kernel.changes();
+    let (mut state, changes) = (state?, changes?);
+    apply(&mut state, changes).then_some(state)
+}
+
+/// A spec controller's view of the kernel's objects of one kind: the recording watch and the
+/// objects by identity.
+#[derive(Debug)]
+pub struct Follower<T: Followed> {
+    kernel: Kernel,
+    /// The objects as listed and updated since; `None` until the first listing.
+    table: Option<Table<T>>,
+}
+
+impl<T: Followed> Follower<T> {
+    /// A follower of the multicast `groups` (`watch::GROUP_*`), which also wake the controller.
+    pub fn new(groups: u32) -> Self {
+        Self {
+            kernel: Kernel::recording(groups),
+            table: None,
+        }
+    }
+
+    /// The request connection and the kernel's objects, brought up to date from the messages
+    /// recorded since the last call, or listed (at first, after lost messages, or when a
+    /// message cannot tell everything). What changes after this call wakes the controller.
+    ///
+    /// # Errors
+    ///
+    /// The kernel cannot be reached or listed.
+    pub async fn sync(
+        &mut self,
+        waker: &cosi::Waker,
+    ) -> Result<(Netlink, &Table<T>), ReconcileError> {
+        let nl = self
+            .kernel
+            .connect(waker)
+            .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
+            .clone();
+        let table = match updated(&self.kernel, self.table.take(), Table::apply) {
+            Some(table) => table,
+            None => Table::listed(
+                T::list(&nl)
+                    .await
+                    .map_err(|e| ReconcileError::failed(T::LISTING, e))?,
+            ),
+        };
+        Ok((nl, self.table.insert(table)))
+    }
+}
+
+/// Kernel objects of one kind by identity, in the kernel's order within one.
+#[derive(Debug)]
+pub struct Table<T: Followed> {
+    by_key: HashMap<T::Key, Vec<T>>,
+}
+
+impl<T: Followed> Table<T> {
+    /// The table of a listing.
+    pub fn listed(objects: impl IntoIterator<Item = T>) -> Self {
+        let mut by_key: HashMap<T::Key, Vec<T>> = HashMap::new();
+        for o in objects {
+            by_key.entry(o.key()).or_default().push(o);
+        }
+        Self { by_key }
+    }
+
+    /// Applies the kernel's messages in order; `false` if they cannot tell everything (the
+    /// caller lists again).
+    pub fn apply(&mut self, changes: Vec<Change>) -> bool {
+        for c in changes {
+            match T::step(c) {
+                Step::Upsert(o) => {
+                    let group = self.by_key.entry(o.key()).or_default();
+                    match group.iter().position(|x| x.same(&o)) {
+                        Some(i) => group[i] = o,
+                        None => group.push(o),
+                    }
+                }
+                Step::Remove(o) => {
+                    let key = o.key();
+                    if let Some(group) = self.by_key.get_mut(&key) {
+                        group.retain(|x| !x.same(&o));
+                        if group.is_empty() {
+                            self.by_key.remove(&key);
+                        }
+                    }
+                }
+                Step::Ignore => {}
+                Step::Relist => return false,
+            }
+        }
+        true
+    }
+
+    /// The objects of one identity, in the kernel's order.
+    pub fn get(&self, key: &T::Key) -> &[T] {
+        self.by_key.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every object.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.by_key.values().flatten()
+    }
 }
 
 /// What a kernel message means for a [`KernelModel`].
@@ -72,31 +205,29 @@ impl<T: Observed> Observer<T> {
             .connect(&ctx.waker())
             .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
             .clone();
-        // Taken before any listing: what arrives during one is applied (again) next time,
-        // which changes nothing the listing already has.
-        let changes = self.kernel.changes();
-        let updated = match (self.model.as_mut(), changes) {
-            // A status that does not encode leaves the model half updated: listed again
-            // (where the error is reported).
-            (Some((links, model)), Some(changes)) => model.apply(links, changes).unwrap_or(false),
-            _ => false,
+        // A status that does not encode leaves the model half updated: listed again (where
+        // the error is reported).
+        let model = updated(
+            &self.kernel,
+            self.model.take(),
+            |(links, model), changes| model.apply(links, changes).unwrap_or(false),
+        );
+        let model = match model {
+            Some(model) => model,
+            None => {
+                let links = nl
+                    .links()
+                    .await
+                    .map_err(|e| ReconcileError::failed("list links", e))?;
+                let objects = T::list(&nl)
+                    .await
+                    .map_err(|e| ReconcileError::failed(T::LISTING, e))?;
+                let model = KernelModel::listed(objects, |o| o.status(&links))?;
+                (links, model)
+            }
         };
-        if !updated {
-            // Dropped first: a failed listing lists again next time.
-            self.model = None;
-            let links = nl
-                .links()
-                .await
-                .map_err(|e| ReconcileError::failed("list links", e))?;
-            let objects = T::list(&nl)
-                .await
-                .map_err(|e| ReconcileError::failed(T::LISTING, e))?;
-            let model = KernelModel::listed(objects, |o| o.status(&links))?;
-            self.model = Some((links, model));
-        }
-        if let Some((_, model)) = &self.model {
-            ctx.apply_all_raw(model.resources()).await?;
-        }
+        let (_, model) = self.model.insert(model);
+        ctx.apply_all_raw(model.resources()).await?;
         Ok(Action::AwaitChange)
     }
 }
@@ -319,5 +450,96 @@ mod tests {
         m.remove(&("b", "2"), same, status).expect("remove");
         m.remove(&("a", "1"), same, status).expect("remove");
         assert!(m.is_empty());
+    }
+
+    fn route(dst: &str, gateway: Option<&str>, mtu: u32) -> crate::netlink::Route {
+        crate::netlink::Route {
+            family: crate::netlink::AF_INET,
+            dst: Some(dst.parse().expect("ip")),
+            dst_len: 24,
+            src: None,
+            gateway: gateway.map(|g| g.parse().expect("ip")),
+            oif: 2,
+            table: 254,
+            priority: 0,
+            scope: 0,
+            protocol: 4,
+            kind: 1,
+            flags: 0,
+            mtu,
+            multipath: vec![],
+        }
+    }
+
+    fn address() -> crate::netlink::Address {
+        crate::netlink::Address {
+            index: 2,
+            address: "10.1.0.1".parse().expect("ip"),
+            prefix_len: 24,
+            local: None,
+            broadcast: None,
+            anycast: None,
+            multicast: None,
+            scope: 0,
+            flags: 0,
+            priority: 0,
+            protocol: 0,
+        }
+    }
+
+    fn sorted(t: &Table<crate::netlink::Route>) -> Vec<String> {
+        let mut v: Vec<String> = t.iter().map(|r| format!("{r:?}")).collect();
+        v.sort();
+        v
+    }
+
+    /// A spec controller's table updated from messages holds what a new listing would, and a
+    /// message that cannot tell everything asks for the listing.
+    #[test]
+    fn a_followed_table_agrees_with_a_new_listing() {
+        let a = route("10.1.0.0", None, 0);
+        let b = route("10.2.0.0", Some("10.0.0.1"), 0);
+        let mut t = Table::listed(vec![a.clone(), b.clone()]);
+        // Another route of b's key (another link): both kept, in order.
+        let b2 = crate::netlink::Route {
+            oif: 3,
+            ..b.clone()
+        };
+        let b_mtu = crate::netlink::Route {
+            mtu: 1400,
+            ..b.clone()
+        };
+        let c = route("10.3.0.0", None, 0);
+        let cloned = crate::netlink::Route {
+            flags: 0x200,
+            ..route("10.4.0.0", None, 0)
+        };
+        let new = |route| Change::NewRoute {
+            route,
+            replace: false,
+        };
+        assert!(t.apply(vec![
+            new(b2.clone()),
+            new(c.clone()),
+            Change::DelRoute(a.clone()),
+            new(b_mtu.clone()),
+            new(cloned),
+            Change::NewAddress(address()),
+            Change::DelRoute(route("10.9.0.0", None, 0)),
+        ]));
+        let relisted = Table::listed(vec![b_mtu.clone(), b2.clone(), c.clone()]);
+        assert_eq!(sorted(&t), sorted(&relisted));
+        assert_eq!(t.get(&b.key()), [b_mtu, b2]);
+        assert!(t.get(&a.key()).is_empty(), "a removed key leaves the table");
+        for relist in [
+            Change::Link,
+            Change::NewRoute {
+                route: c.clone(),
+                replace: true,
+            },
+            Change::DelAddress(address()),
+        ] {
+            assert!(!t.apply(vec![relist.clone()]), "{relist:?} must relist");
+        }
     }
 }

@@ -11,11 +11,11 @@
 //! - Routes without a gateway go first, so the `/32` link-scope route to an off-subnet gateway
 //!   exists before the default route through it (upstream #4320). ENETUNREACH and friends fail
 //!   the pass, which is retried with backoff and on every route or link event.
-//! - A pass looks the kernel's routes up by their identity (not a scan per spec) and has up to
+//! - The kernel's routes are followed from its messages ([`Follower`]), not dumped at every
+//!   pass: a pass looks them up by their identity (not a scan per spec) and has up to
 //!   `link_spec::IN_FLIGHT` (32) netlink requests outstanding: the routes without a gateway
-//!   all at once, then those with one.
+//!   all at once, then those with one. Route, address and link events wake it.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
@@ -23,8 +23,9 @@ use machinery::resources::network::{
     Family, RouteFlags, RouteSpec, RouteSpecSpec, RoutingTable, DEFAULT_ROUTE_METRIC, NAMESPACE,
 };
 
-use crate::netlink::{self, watch, Kernel, Link, Route};
+use crate::netlink::{self, watch, Link, Route};
 
+use super::kernel_model::{Follower, Table};
 use super::link_spec::{aggregate, in_flight};
 
 /// The owner and finalizer name.
@@ -46,13 +47,15 @@ enum Applied {
 /// Applies RouteSpecs to the kernel.
 #[derive(Debug)]
 pub struct RouteSpecController {
-    kernel: Kernel,
+    /// The kernel's routes. Address events too: the kernel flushes the routes of a deleted
+    /// preferred source without a message per route.
+    routes: Follower<Route>,
 }
 
 impl Default for RouteSpecController {
     fn default() -> Self {
         Self {
-            kernel: Kernel::new(watch::GROUP_LINK | watch::GROUPS_ROUTE),
+            routes: Follower::new(watch::GROUP_LINK | watch::GROUPS_ROUTE | watch::GROUPS_ADDRESS),
         }
     }
 }
@@ -71,21 +74,13 @@ impl Controller for RouteSpecController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let nl = self
-            .kernel
-            .connect(&ctx.waker())
-            .map_err(|e| ReconcileError::failed("connect to the kernel", e))?
-            .clone();
         let mut specs = ctx.list::<RouteSpecSpec>(NAMESPACE).await?;
         specs.sort_by_key(|s| (s.metadata.phase == Phase::Running, s.spec.gateway.is_some()));
+        let (nl, routes) = self.routes.sync(&ctx.waker()).await?;
         let links = nl
             .links()
             .await
             .map_err(|e| ReconcileError::failed("list links", e))?;
-        let routes = nl
-            .routes()
-            .await
-            .map_err(|e| ReconcileError::failed("list routes", e))?;
         ctx.add_finalizers(&specs, NAME).await?;
         let mut errors = Vec::new();
         let mut unreachable = false;
@@ -94,11 +89,10 @@ impl Controller for RouteSpecController {
             .iter()
             .filter(|s| s.metadata.phase == Phase::TearingDown)
         {
-            if let Err(e) = teardown(ctx, &nl, spec, &links, &routes).await {
+            if let Err(e) = teardown(ctx, &nl, spec, routes).await {
                 errors.push(e);
             }
         }
-        let index = RouteIndex::new(&routes);
         // Then the routes without a gateway, all at once, then those with one (`specs` is
         // sorted so): a gateway must be reachable through the former.
         let running: Vec<&RouteSpecSpec> = specs
@@ -108,7 +102,7 @@ impl Controller for RouteSpecController {
             .collect();
         let split = running.partition_point(|s| s.gateway.is_none());
         for wave in [&running[..split], &running[split..]] {
-            let passes = wave.iter().map(|s| converge(&nl, s, &links, &index));
+            let passes = wave.iter().map(|s| converge(&nl, s, &links, routes));
             let results = in_flight(passes.collect()).await;
             for result in results {
                 match result {
@@ -126,10 +120,10 @@ impl Controller for RouteSpecController {
     }
 }
 
-/// The kernel's identity of a route: family, table, destination, gateway and metric (what
-/// [`is_match`] compares).
+/// The kernel's identity of a route: family, table, destination, gateway and metric (what a
+/// spec is matched by).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-struct RouteKey {
+pub struct RouteKey {
     family: u8,
     table: u32,
     dst: Option<IpAddr>,
@@ -139,7 +133,7 @@ struct RouteKey {
 }
 
 impl RouteKey {
-    fn of(r: &Route) -> Self {
+    pub(crate) fn of(r: &Route) -> Self {
         Self {
             family: r.family,
             table: r.table,
@@ -174,25 +168,10 @@ impl RouteKey {
     }
 }
 
-/// The kernel's routes by identity.
-struct RouteIndex<'a>(HashMap<RouteKey, Vec<&'a Route>>);
-
-impl<'a> RouteIndex<'a> {
-    fn new(routes: &'a [Route]) -> Self {
-        let mut map: HashMap<RouteKey, Vec<&'a Route>> = HashMap::with_capacity(routes.len());
-        for r in routes {
-            map.entry(RouteKey::of(r)).or_default().push(r);
-        }
-        Self(map)
-    }
-
-    /// The routes that match a spec ([`is_match`]), in the kernel's order within a key.
-    fn matches(&self, s: &RouteSpecSpec) -> impl Iterator<Item = &'a Route> + '_ {
-        RouteKey::of_spec(s)
-            .filter_map(|k| self.0.get(&k))
-            .flatten()
-            .copied()
-    }
+/// The kernel routes a spec describes (the same identity; for an IPv6 spec of metric 0, the
+/// kernel's 1024 too), in the kernel's order within a key.
+fn matches<'a>(routes: &'a Table<Route>, s: &RouteSpecSpec) -> impl Iterator<Item = &'a Route> {
+    RouteKey::of_spec(s).flat_map(|k| routes.get(&k))
 }
 
 /// The kernel table of a spec (unspec means main).
@@ -216,7 +195,9 @@ fn family(s: &RouteSpecSpec) -> u8 {
     }
 }
 
-/// Whether kernel route `r` is the route a spec describes (the kernel's identity of a route).
+/// Whether kernel route `r` is the route a spec describes (the kernel's identity of a route),
+/// by a scan: what [`matches`] must find by key.
+#[cfg(test)]
 pub(crate) fn is_match(r: &Route, s: &RouteSpecSpec) -> bool {
     let fam = family(s);
     if r.family != fam || r.table != table(s) {
@@ -251,11 +232,10 @@ async fn teardown(
     ctx: &Context,
     nl: &netlink::Netlink,
     spec: &RouteSpec,
-    _links: &[Link],
-    routes: &[Route],
+    routes: &Table<Route>,
 ) -> Result<(), ReconcileError> {
     let s = &spec.spec;
-    for r in routes.iter().filter(|r| is_match(r, s)) {
+    for r in matches(routes, s) {
         if !r.is_owned() {
             tracing::info!(route = %spec.id(), "route not added by networkd, left in place");
             continue;
@@ -279,7 +259,7 @@ async fn converge(
     nl: &netlink::Netlink,
     s: &RouteSpecSpec,
     links: &[Link],
-    index: &RouteIndex<'_>,
+    routes: &Table<Route>,
 ) -> Result<Applied, ReconcileError> {
     let id = s.id();
     let oif = if s.out_link_name.is_empty() {
@@ -295,7 +275,7 @@ async fn converge(
     };
     let mut kept = false;
     let mut stale = Vec::new();
-    for r in index.matches(s) {
+    for r in matches(routes, s) {
         if !kept && is_equal(r, s, oif) {
             kept = true;
         } else {
@@ -411,11 +391,11 @@ mod tests {
         assert!(!is_equal(&r, &s, 3));
     }
 
-    /// The index finds exactly what a scan with [`is_match`] finds, for specs that differ from
+    /// The table finds exactly what a scan with [`is_match`] finds, for specs that differ from
     /// the kernel's routes in each part of the identity (in the kernel's order: no spec here
     /// matches routes under both of an IPv6 metric-0 spec's keys).
     #[test]
-    fn the_index_agrees_with_a_scan() {
+    fn the_table_agrees_with_a_scan() {
         let base = default_route();
         let mut routes = Vec::new();
         let mut specs = Vec::new();
@@ -468,11 +448,11 @@ mod tests {
             dst: Some("0.0.0.0".parse().expect("ip")),
             ..kernel(&base)
         });
-        let index = RouteIndex::new(&routes);
+        let table = Table::listed(routes.clone());
         let mut found = 0;
         for s in &specs {
             let scanned: Vec<&Route> = routes.iter().filter(|r| is_match(r, s)).collect();
-            let indexed: Vec<&Route> = index.matches(s).collect();
+            let indexed: Vec<&Route> = matches(&table, s).collect();
             assert_eq!(indexed, scanned, "spec {s:?}");
             found += scanned.len();
         }

@@ -14,7 +14,8 @@ use machinery::resources::network::{
     route_id, Family, RouteFlags, RouteProtocol, RouteStatusSpec, RouteType, RoutingTable, Scope,
 };
 
-use super::kernel_model::{Observed, Observer, Step};
+use super::kernel_model::{Followed, Observed, Observer, Step};
+use super::route_spec::RouteKey;
 use crate::netlink::watch::Change;
 use crate::netlink::{watch, Error, Link, Netlink, Route, AF_INET, AF_INET6};
 
@@ -40,19 +41,20 @@ impl Default for RouteStatusController {
     }
 }
 
-impl Observed for Route {
-    type Status = RouteStatusSpec;
+impl Followed for Route {
+    type Key = RouteKey;
     const LISTING: &'static str = "list routes";
 
     fn list(nl: &Netlink) -> impl std::future::Future<Output = Result<Vec<Self>, Error>> + Send {
         nl.routes()
     }
 
-    fn status(&self, links: &[Link]) -> Option<(String, RouteStatusSpec)> {
-        status(self, links)
+    fn key(&self) -> RouteKey {
+        RouteKey::of(self)
     }
 
-    /// The ID already covers table, family, destination, gateway, priority and link name.
+    /// The status ID and the key already cover table, family, destination, gateway and
+    /// priority (the ID also the link name).
     fn same(&self, b: &Self) -> bool {
         self.family == b.family
             && self.table == b.table
@@ -80,6 +82,14 @@ impl Observed for Route {
             Change::DelRoute(route) => Step::Remove(route),
             Change::NewAddress(_) | Change::NewRoute { .. } => Step::Ignore,
         }
+    }
+}
+
+impl Observed for Route {
+    type Status = RouteStatusSpec;
+
+    fn status(&self, links: &[Link]) -> Option<(String, RouteStatusSpec)> {
+        status(self, links)
     }
 }
 
