@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use cosi::generic::{Layered, LayeredMerge, MergeController, Transform, TransformController};
 use cosi::runtime::{
-    Action, Context, Controller, EdgeKind, Input, Output, ReconcileError, Registry, Runtime,
-    RuntimeError,
+    Action, Context, Controller, EdgeKind, Input, Mirror, Output, ReconcileError, Registry,
+    Runtime, RuntimeError,
 };
 use cosi::{Client, Resource, ResourceSpec};
 use serde::{Deserialize, Serialize};
@@ -246,6 +246,53 @@ impl Controller for FinalizerController {
         let nums = ctx.list::<Num>("fin").await?;
         ctx.add_finalizers(&nums, "test.FinalizerController")
             .await?;
+        Ok(Action::AwaitChange)
+    }
+}
+
+/// Applies merged Candidates as a spec controller does: a strong input (which the merge in the
+/// same runtime keeps in memory), decoded once per version into a mirror, its finalizer on
+/// every running one, removed from one tearing down once "unapplied".
+#[derive(Default)]
+struct ApplyController {
+    specs: Mirror<Candidate>,
+    /// What it applied last, by ID; and the IDs it unapplied.
+    applied: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
+    unapplied: Arc<Mutex<Vec<String>>>,
+}
+
+impl Controller for ApplyController {
+    fn name(&self) -> &'static str {
+        "test.ApplyController"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::strong::<Candidate>("merged")]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+        ctx.refresh("merged", &mut self.specs).await?;
+        ctx.add_finalizers(self.specs.iter(), self.name()).await?;
+        for r in self.specs.iter() {
+            if r.metadata.phase == cosi::Phase::TearingDown {
+                if !r.metadata.finalizers.contains(self.name()) {
+                    continue;
+                }
+                ctx.remove_finalizer::<Candidate>("merged", r.id(), self.name())
+                    .await?;
+                self.applied.lock().expect("lock").remove(r.id());
+                self.unapplied
+                    .lock()
+                    .expect("lock")
+                    .push(r.id().to_string());
+            } else {
+                self.applied
+                    .lock()
+                    .expect("lock")
+                    .insert(r.id().to_string(), r.spec.value.clone());
+            }
+        }
         Ok(Action::AwaitChange)
     }
 }
@@ -948,5 +995,91 @@ async fn a_cached_output_kind_is_kept_in_memory_and_repaired() {
     })
     .await;
     assert!(errors.lock().expect("lock").is_empty(), "{errors:?}");
+    running.stop().await;
+}
+
+/// A spec controller whose specs a merge of the same runtime writes reads them from the
+/// runtime's memory of the merged kind (a strong input served from memory, decoded once per
+/// version): every spec gets its finalizer, a changed spec is seen, a spec torn down is seen
+/// tearing down, unapplied and then destroyed by the merge; a resource changed behind both
+/// (an administrator's label) still ends with the finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strong_input_kept_in_memory_is_finalized_and_torn_down() {
+    let h = Harness::start().await;
+    let c = &h.client;
+    let cand = |key: &str, value: &str| Candidate {
+        key: key.into(),
+        layer: 2,
+        value: value.into(),
+    };
+    let n = 40;
+    for i in 0..n {
+        put(
+            c,
+            "cfg",
+            &format!("config/k{i:02}"),
+            cand(&format!("k{i:02}"), "one"),
+        )
+        .await;
+    }
+    let apply = ApplyController::default();
+    let (applied, unapplied) = (apply.applied.clone(), apply.unapplied.clone());
+    let mut rt = Runtime::new(c.clone());
+    rt.register(MergeController::new(LayeredMerge::<Candidate>::new(
+        "test.CandidateMerge",
+        "cfg",
+        "merged",
+    )))
+    .expect("register");
+    rt.register(apply).expect("register");
+    let running = spawn(rt);
+    let finalized = |all: &[cosi::RawResource]| {
+        all.iter()
+            .all(|r| r.metadata.finalizers.contains("test.ApplyController"))
+    };
+    eventually("every merged spec finalized and applied", || async {
+        let all = c
+            .list("merged", Candidate::TYPE, &Default::default())
+            .await
+            .expect("list");
+        (all.len() == n && finalized(&all) && applied.lock().expect("lock").len() == n)
+            .then_some(())
+    })
+    .await;
+
+    // A change: the merged spec changes, the spec controller sees the new version.
+    put(c, "cfg", "config/k07", cand("k07", "two")).await;
+    eventually("k07 applied as two", || async {
+        (applied.lock().expect("lock").get("k07").map(String::as_str) == Some("two")).then_some(())
+    })
+    .await;
+
+    // An administrator changes merged resources behind both controllers, then a new spec
+    // comes: the finalizers land whatever the spec controller's memory said.
+    for i in 0..n {
+        let id = format!("k{i:02}");
+        let mut r = c.get("merged", Candidate::TYPE, &id).await.expect("get");
+        r.metadata.labels.insert("touched".into(), "yes".into());
+        // A conflict with the merge's own rewrite is fine: some are touched, some not.
+        let _ = c.update(&r, "", None).await;
+    }
+    put(c, "cfg", "config/k99", cand("k99", "one")).await;
+    eventually("k99 and every other finalized again", || async {
+        let all = c
+            .list("merged", Candidate::TYPE, &Default::default())
+            .await
+            .expect("list");
+        (all.len() == n + 1 && finalized(&all)).then_some(())
+    })
+    .await;
+
+    // A teardown: the merge tears the spec down, the spec controller sees it, unapplies it and
+    // lets go, and the merge destroys it.
+    c.destroy("cfg", Candidate::TYPE, "config/k03", "")
+        .await
+        .expect("destroy");
+    expect_gone::<Candidate>(c, "merged", "k03").await;
+    assert_eq!(*unapplied.lock().expect("lock"), vec!["k03".to_string()]);
+    assert!(!applied.lock().expect("lock").contains_key("k03"));
     running.stop().await;
 }

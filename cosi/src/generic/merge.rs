@@ -84,7 +84,8 @@ pub fn merge_candidates<M: Merge>(
 }
 
 /// The controller that runs a [`Merge`]. Inputs: a weak input on the candidates, a
-/// destroy-ready input on its own outputs. Output: the type in the output namespace.
+/// destroy-ready input on its own outputs. Output: the type in the output namespace, kept in
+/// the runtime's memory.
 #[derive(Debug)]
 pub struct MergeController<M> {
     merge: M,
@@ -123,12 +124,16 @@ impl<M: Merge> Controller for MergeController<M> {
         inputs
     }
 
+    /// Cached ([`Output::cached`]): the merged kind is kept in memory, so a cycle compares
+    /// with it instead of listing it, and the spec controller applying it (a strong input in
+    /// the same runtime) reads it there instead of listing every spec at every pass.
     fn outputs(&self) -> Vec<Output> {
         vec![Output::new(
             self.merge.output_namespace(),
             <M::Spec as ResourceSpec>::TYPE,
             self.merge.output_kind(),
-        )]
+        )
+        .cached()]
     }
 
     fn reconcile<'a>(

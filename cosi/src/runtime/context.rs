@@ -106,8 +106,9 @@ pub struct Context {
     /// Kinds with an output left tearing down (finalizers) or an apply deferred until an old
     /// resource of the same ID is gone.
     pending: BTreeSet<Kind>,
-    /// Strong inputs as this cycle's lists returned them, so that adding a finalizer to one
-    /// costs one Update, not a Get and an Update.
+    /// Strong inputs as this cycle's lists from stated returned them, so that adding a
+    /// finalizer to one costs one Update, not a Get and an Update (a strong input read from a
+    /// cached kind is looked up there instead).
     listed_strong: std::sync::Mutex<std::collections::HashMap<Pointer, RawResource>>,
     /// Wakes the controller from outside stated.
     waker: Waker,
@@ -325,10 +326,12 @@ impl Context {
     }
 
     /// A read served by the memory of a kind this runtime caches ([`Output::cached`]), when it
-    /// is complete and the controller reads the kind as a weak input or writes it: no call to
+    /// is complete and the cycle has not listed the kind from stated itself: no call to
     /// stated. It is as current as the last event of the kind, which is at least the one that
-    /// woke the controller, and this controller's own writes. Strong inputs are always read
-    /// from stated (a finalizer is added against the version read).
+    /// woke the controller (one watch of the kind feeds the memory before it wakes anyone),
+    /// and the owner's own writes. For a strong input, that is also the version a finalizer
+    /// is added against: a resource changed since fails that compare-and-set, and is then
+    /// read from stated and updated on its own ([`add_finalizers`](Self::add_finalizers)).
     fn cached_read<R>(
         &self,
         namespace: &str,
@@ -336,11 +339,7 @@ impl Context {
         f: impl FnOnce(&std::collections::HashMap<String, RawResource>) -> R,
     ) -> Option<R> {
         let cache = self.caches.get(namespace, r#type)?;
-        let strong = self
-            .inputs
-            .iter()
-            .any(|i| i.kind != InputKind::Weak && i.namespace == namespace && i.r#type == r#type);
-        if strong || self.seen.contains(namespace, r#type) {
+        if self.seen.contains(namespace, r#type) {
             return None;
         }
         cache.with(f)
@@ -796,16 +795,16 @@ impl Context {
 
     /// Adds `finalizer` to every running resource of `resources` (strong inputs) that lacks
     /// it: what a spec controller does to the specs it is about to apply. Those listed this
-    /// cycle get it in one batch call (an update of each, as its owner); one changed meanwhile,
-    /// or not listed, is read and updated on its own. Every write is made before this returns;
-    /// the first error is returned.
+    /// cycle, or in the runtime's memory of their kind, get it in one batch call (an update of
+    /// each, as its owner); one changed meanwhile, or not known, is read and updated on its
+    /// own. Every write is made before this returns; the first error is returned.
     ///
     /// # Errors
     ///
     /// As [`add_finalizer`](Self::add_finalizer).
-    pub async fn add_finalizers<S: ResourceSpec>(
+    pub async fn add_finalizers<'r, S: ResourceSpec>(
         &self,
-        resources: &[Resource<S>],
+        resources: impl IntoIterator<Item = &'r Resource<S>>,
         finalizer: &str,
     ) -> Result<(), ReconcileError> {
         use futures::StreamExt;
@@ -817,7 +816,7 @@ impl Context {
             }
             let (namespace, id) = (r.metadata.namespace.clone(), r.metadata.id.clone());
             self.check_strong(&namespace, S::TYPE, &id)?;
-            let known = self
+            let listed = self
                 .listed_strong
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -827,6 +826,10 @@ impl Context {
                     id: id.clone(),
                 })
                 .cloned();
+            let known = listed.or_else(|| {
+                self.cached_read(&namespace, S::TYPE, |m| m.get(&id).cloned())
+                    .flatten()
+            });
             match known {
                 Some(current) if !current.metadata.finalizers.contains(finalizer) => {
                     let mut new = current;

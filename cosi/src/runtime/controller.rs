@@ -177,9 +177,10 @@ impl Output {
 
     /// Keeps the kind (in the declared namespace) in memory, current from a watch of it and
     /// from the controller's own writes: a cycle then compares its outputs with that instead
-    /// of listing them from stated, and a destroy the controller did not make wakes it. For
-    /// controllers with many outputs that reconcile often (kernel statuses); it costs one
-    /// more watch and a copy of the kind.
+    /// of listing them from stated, and a destroy the controller did not make wakes it; other
+    /// controllers of the runtime that read the kind, as weak or strong inputs, read it there
+    /// too. For controllers with many outputs that reconcile often (kernel statuses) or whose
+    /// outputs others apply (merged specs); it costs one more watch and a copy of the kind.
     #[must_use]
     pub fn cached(mut self) -> Self {
         self.cached = true;

@@ -17,6 +17,7 @@
 //! looks them up by link and prefix (not a scan per spec) and has up to `link_spec::IN_FLIGHT`
 //! (32) netlink requests outstanding.
 
+use cosi::runtime::Mirror;
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
 use machinery::resources::network::{AddressFlags, AddressSpec, AddressSpecSpec, NAMESPACE};
 
@@ -33,12 +34,15 @@ pub const NAME: &str = "network.AddressSpecController";
 pub struct AddressSpecController {
     /// The kernel's addresses.
     addresses: Follower<Address>,
+    /// The specs, decoded once per version.
+    specs: Mirror<AddressSpecSpec>,
 }
 
 impl Default for AddressSpecController {
     fn default() -> Self {
         Self {
             addresses: Follower::new(watch::GROUP_LINK | watch::GROUPS_ADDRESS),
+            specs: Mirror::default(),
         }
     }
 }
@@ -57,13 +61,14 @@ impl Controller for AddressSpecController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let specs = ctx.list::<AddressSpecSpec>(NAMESPACE).await?;
+        ctx.refresh(NAMESPACE, &mut self.specs).await?;
+        let specs = &self.specs;
         let (nl, addresses) = self.addresses.sync(&ctx.waker()).await?;
         let links = nl
             .links()
             .await
             .map_err(|e| ReconcileError::failed("list links", e))?;
-        ctx.add_finalizers(&specs, NAME).await?;
+        ctx.add_finalizers(specs.iter(), NAME).await?;
         let mut errors = Vec::new();
         // Teardowns first, one by one, so that a replaced address is gone before its successor
         // comes; then every running spec, many requests in flight.

@@ -18,6 +18,7 @@
 
 use std::net::IpAddr;
 
+use cosi::runtime::Mirror;
 use cosi::{Action, Context, Controller, Input, Output, Phase, ReconcileError};
 use machinery::resources::network::{
     Family, RouteFlags, RouteSpec, RouteSpecSpec, RoutingTable, DEFAULT_ROUTE_METRIC, NAMESPACE,
@@ -50,12 +51,15 @@ pub struct RouteSpecController {
     /// The kernel's routes. Address events too: the kernel flushes the routes of a deleted
     /// preferred source without a message per route.
     routes: Follower<Route>,
+    /// The specs, decoded once per version.
+    specs: Mirror<RouteSpecSpec>,
 }
 
 impl Default for RouteSpecController {
     fn default() -> Self {
         Self {
             routes: Follower::new(watch::GROUP_LINK | watch::GROUPS_ROUTE | watch::GROUPS_ADDRESS),
+            specs: Mirror::default(),
         }
     }
 }
@@ -74,14 +78,15 @@ impl Controller for RouteSpecController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
-        let mut specs = ctx.list::<RouteSpecSpec>(NAMESPACE).await?;
+        ctx.refresh(NAMESPACE, &mut self.specs).await?;
+        let mut specs: Vec<&RouteSpec> = self.specs.iter().collect();
         specs.sort_by_key(|s| (s.metadata.phase == Phase::Running, s.spec.gateway.is_some()));
         let (nl, routes) = self.routes.sync(&ctx.waker()).await?;
         let links = nl
             .links()
             .await
             .map_err(|e| ReconcileError::failed("list links", e))?;
-        ctx.add_finalizers(&specs, NAME).await?;
+        ctx.add_finalizers(specs.iter().copied(), NAME).await?;
         let mut errors = Vec::new();
         let mut unreachable = false;
         // Teardowns first, one by one (rare, and each removes a finalizer).
