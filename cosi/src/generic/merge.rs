@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use crate::resource::{Phase, Resource, ResourceSpec};
-use crate::runtime::{Action, Context, Controller, Input, Output, OutputKind, ReconcileError};
+use crate::runtime::{
+    Action, Context, Controller, Input, Mirror, Output, OutputKind, ReconcileError,
+};
 
 /// A spec that is a candidate from a layer.
 pub trait Layered: ResourceSpec {
@@ -54,13 +56,13 @@ type Ranked<'a, S> = (<S as Layered>::Layer, &'a str, &'a S);
 /// Merges running candidates into one spec per merge key: the candidate of the highest layer
 /// wins (between equal layers, the one with the greater ID), then [`Merge::merge`] folds in the
 /// others from the highest remaining down.
-pub fn merge_candidates<M: Merge>(
+pub fn merge_candidates<'a, M: Merge>(
     merge: &M,
-    candidates: &[Resource<M::Spec>],
+    candidates: impl IntoIterator<Item = &'a Resource<M::Spec>>,
 ) -> BTreeMap<String, M::Spec> {
-    let mut groups: BTreeMap<String, Vec<Ranked<'_, M::Spec>>> = BTreeMap::new();
+    let mut groups: BTreeMap<String, Vec<Ranked<'a, M::Spec>>> = BTreeMap::new();
     for c in candidates
-        .iter()
+        .into_iter()
         .filter(|c| c.metadata.phase == Phase::Running)
     {
         groups.entry(c.spec.merge_key()).or_default().push((
@@ -87,21 +89,27 @@ pub fn merge_candidates<M: Merge>(
 /// destroy-ready input on its own outputs. Output: the type in the output namespace, kept in
 /// the runtime's memory.
 #[derive(Debug)]
-pub struct MergeController<M> {
+pub struct MergeController<M: Merge> {
     merge: M,
+    /// The candidates, decoded once per version.
+    candidates: Mirror<M::Spec>,
 }
 
 impl<M: Merge> MergeController<M> {
     /// A controller running `merge`.
     pub fn new(merge: M) -> Self {
-        Self { merge }
+        Self {
+            merge,
+            candidates: Mirror::default(),
+        }
     }
 
-    async fn run(&self, ctx: &mut Context) -> Result<Action, ReconcileError> {
+    async fn run(&mut self, ctx: &mut Context) -> Result<Action, ReconcileError> {
         let m = &self.merge;
-        let candidates = ctx.list::<M::Spec>(m.input_namespace()).await?;
+        ctx.refresh(m.input_namespace(), &mut self.candidates)
+            .await?;
         ctx.apply_all(
-            merge_candidates(m, &candidates)
+            merge_candidates(m, self.candidates.iter())
                 .into_iter()
                 .map(|(id, spec)| Resource::new(m.output_namespace(), id, spec)),
         )

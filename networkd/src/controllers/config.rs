@@ -120,8 +120,11 @@ impl<P: ConfigPart> Controller for ConfigController<P> {
     }
 
     fn outputs(&self) -> Vec<Output> {
-        // Shared: operators write the same types in network-config, merges in network.
-        vec![Output::shared::<P::Spec>().in_namespace(CONFIG_NAMESPACE)]
+        // Shared: operators write the same types in network-config, merges in network. Kept
+        // in memory: the merge of the type reads its candidates there.
+        vec![Output::shared::<P::Spec>()
+            .in_namespace(CONFIG_NAMESPACE)
+            .cached()]
     }
 
     fn reconcile<'a>(
