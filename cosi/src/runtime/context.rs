@@ -848,7 +848,9 @@ impl Context {
         }
         let mut first_error: Option<ReconcileError> = None;
         if !batch.is_empty() {
+            tracing::debug!(count = batch.len(), finalizer, "adding finalizers");
             let results = self.client.write_batch(batch).await?;
+            tracing::debug!(finalizer, "finalizers added");
             for (ptr, r) in batched.into_iter().zip(results) {
                 match r {
                     Ok(_) => {}
