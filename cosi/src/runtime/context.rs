@@ -1,7 +1,7 @@
 //! What a controller sees during a reconcile: reads of its inputs, writes of its outputs, and
 //! the tracker that tears down the outputs a cycle did not assert.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::client::{BatchWrite, Client, Query};
@@ -81,6 +81,10 @@ impl<V> KindMap<V> {
     fn values(&self) -> impl Iterator<Item = &V> {
         self.0.values().flat_map(|m| m.values())
     }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.values_mut().flat_map(|m| m.values_mut())
+    }
 }
 
 /// The controller's access to stated during a reconcile.
@@ -95,8 +99,12 @@ pub struct Context {
     name: &'static str,
     inputs: Arc<[Input]>,
     outputs: Arc<[Output]>,
-    /// Outputs asserted in this cycle: IDs by kind.
-    asserted: KindMap<HashSet<String>>,
+    /// Outputs asserted: by kind, the cycle that last asserted each ID. An ID is asserted in
+    /// this cycle if that is [`cycle`](Self::cycle); kept across cycles (pruned at each start
+    /// to the previous cycle's) so that asserting an output again allocates nothing.
+    asserted: KindMap<std::collections::HashMap<String, u64>>,
+    /// The current cycle's number.
+    cycle: u64,
     /// This cycle's view of each output kind it wrote: listed once on the kind's first apply,
     /// then kept current with every write, so an apply costs no read and an unchanged output
     /// costs no call at all. A conflict falls back to a live read.
@@ -147,7 +155,11 @@ impl std::fmt::Debug for Context {
             .field("controller", &self.name)
             .field(
                 "asserted",
-                &self.asserted.values().map(HashSet::len).sum::<usize>(),
+                &self
+                    .asserted
+                    .values()
+                    .map(|ids| ids.values().filter(|c| **c == self.cycle).count())
+                    .sum::<usize>(),
             )
             .finish_non_exhaustive()
     }
@@ -166,6 +178,7 @@ impl Context {
             inputs: inputs.into(),
             outputs: outputs.into(),
             asserted: KindMap::default(),
+            cycle: 0,
             seen: KindMap::default(),
             written: BTreeSet::new(),
             pending: BTreeSet::new(),
@@ -463,7 +476,8 @@ impl Context {
         let mut work: Vec<(Pointer, RawResource, T, Option<RawResource>)> = Vec::new();
         // An ID given twice is written once, as the last one (what writing both in turn
         // would leave): two writes of one resource in flight together would conflict.
-        let mut index = std::collections::HashMap::new();
+        let mut index: KindMap<std::collections::HashMap<String, usize>> = KindMap::default();
+        let mut indexed = false;
         // The kind of the previous output: its checks and view are not repeated per output.
         let mut prepared: Option<Kind> = None;
         for (raw, extra) in items {
@@ -478,19 +492,28 @@ impl Context {
             // The common case of a controller with many outputs: most are as believed. They
             // are asserted here, without a copy of the belief or a plan (an ID given again
             // later still replaces this one below, as the last one).
-            if (index.is_empty() || !index.contains_key(&md.pointer()))
-                && self.believed_unchanged(&raw)
-            {
+            let earlier = indexed
+                .then(|| {
+                    index
+                        .get(&md.namespace, &md.r#type)
+                        .and_then(|ids| ids.get(&md.id))
+                        .copied()
+                })
+                .flatten();
+            if earlier.is_none() && self.believed_unchanged(&raw) {
                 self.assert_output(&md.namespace, &md.r#type, &md.id);
                 continue;
             }
             let ptr = md.pointer();
             let current = self.believed(&ptr);
             let raw = raw.into_owned();
-            match index.get(&ptr) {
-                Some(&i) => work[i] = (ptr, raw, extra, current),
+            match earlier {
+                Some(i) => work[i] = (ptr, raw, extra, current),
                 None => {
-                    index.insert(ptr.clone(), work.len());
+                    index
+                        .get_or_default(&ptr.namespace, &ptr.r#type)
+                        .insert(ptr.id.clone(), work.len());
+                    indexed = true;
                     work.push((ptr, raw, extra, current));
                 }
             }
@@ -599,9 +622,13 @@ impl Context {
 
     /// Marks an output asserted in this cycle.
     fn assert_output(&mut self, namespace: &str, r#type: &str, id: &str) {
+        let cycle = self.cycle;
         let ids = self.asserted.get_or_default(namespace, r#type);
-        if !ids.contains(id) {
-            ids.insert(id.to_string());
+        match ids.get_mut(id) {
+            Some(c) => *c = cycle,
+            None => {
+                ids.insert(id.to_string(), cycle);
+            }
         }
     }
 
@@ -609,7 +636,7 @@ impl Context {
     fn is_asserted(&self, namespace: &str, r#type: &str, id: &str) -> bool {
         self.asserted
             .get(namespace, r#type)
-            .is_some_and(|ids| ids.contains(id))
+            .is_some_and(|ids| ids.get(id) == Some(&self.cycle))
     }
 
     /// The output as this cycle's view has it.
@@ -974,7 +1001,11 @@ impl Context {
 
     /// Starts a cycle: nothing is asserted yet.
     pub(crate) fn begin_cycle(&mut self) {
-        self.asserted.clear();
+        let last = self.cycle;
+        for ids in self.asserted.values_mut() {
+            ids.retain(|_, c| *c == last);
+        }
+        self.cycle += 1;
         self.seen.clear();
         self.pending.clear();
         self.listed_strong
@@ -1001,12 +1032,12 @@ impl Context {
             // they are gone by now.
             // A cached kind's memory serves the same way: it is current with every write of
             // this controller, and with others' changes as their events arrive.
-            let asserted = self.asserted.get(&namespace, &r#type);
+            let (asserted, cycle) = (self.asserted.get(&namespace, &r#type), self.cycle);
             let unasserted = |view: &std::collections::HashMap<String, RawResource>| {
                 view.values()
                     .filter(|r| {
                         r.metadata.owner == self.name
-                            && !asserted.is_some_and(|ids| ids.contains(&r.metadata.id))
+                            && asserted.is_none_or(|ids| ids.get(&r.metadata.id) != Some(&cycle))
                     })
                     .cloned()
                     .collect::<Vec<_>>()
