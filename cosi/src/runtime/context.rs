@@ -853,9 +853,12 @@ impl Context {
                     id: id.clone(),
                 })
                 .cloned();
+            // The memory may have moved on since `r` was read from it: only the version read
+            // is updated in the batch, a later one on its own.
             let known = listed.or_else(|| {
                 self.cached_read(&namespace, S::TYPE, |m| m.get(&id).cloned())
                     .flatten()
+                    .filter(|c| c.metadata.version == r.metadata.version)
             });
             match known {
                 Some(current) if !current.metadata.finalizers.contains(finalizer) => {
