@@ -513,6 +513,18 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         .unwrap_or_default()
     };
     assert_eq!(node.state, "ready", "{node:?}");
+    // Ready means its system volumes are mounted too: on this first boot blockd formats them
+    // after every daemon started, and init restarts the daemons that keep files under /var
+    // once EPHEMERAL is there. `create` returns after that, not before (a CI run once found
+    // k8sd restarting just after it).
+    let out = cluster.talosctl(&["get", "mountstatuses", "-o", "json"]);
+    let mounted = specs_by_id(&out.stdout);
+    assert_eq!(
+        mounted.keys().collect::<Vec<_>>(),
+        ["EPHEMERAL", "STATE"],
+        "{mounted:?}"
+    );
+    assert_eq!(cluster.show().nodes[0].state, "ready");
     assert_eq!(
         node.netns, info.netns,
         "a VM has no network namespace of its own"

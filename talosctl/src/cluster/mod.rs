@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use cosi::ResourceSpec as _;
 use machinery::config::{apply_patches, Config, Patch, ValidationMode};
+use machinery::resources::block::MountStatusSpec;
 use machinery::resources::network::AddressStatusSpec;
 use machinery::secrets::Bundle;
 
@@ -159,7 +160,8 @@ pub struct CreateArgs {
     /// The node image tree [default: $TALOS_IMAGE, else target/rootfs/tree beside talosctl].
     #[arg(long, value_name = "DIR")]
     image: Option<PathBuf>,
-    /// How long to wait for every node's daemons and address, in seconds.
+    /// How long to wait for every node's daemons and address (a VM's: and its system volumes,
+    /// formatted on a first boot), in seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     wait_timeout: u64,
     /// How the nodes run: in Linux namespaces on this host's kernel, or as VMs under qemu.
@@ -810,7 +812,11 @@ fn build(
     own.save(&cluster.dir.join(OWN_TALOSCONFIG))?;
 
     hook("wait")?;
-    progress.say("waiting for every node's daemons and DHCP address");
+    progress.say(if cluster.nodes.iter().any(Node::is_vm) {
+        "waiting for every node's daemons, DHCP address and system volumes"
+    } else {
+        "waiting for every node's daemons and DHCP address"
+    });
     let started = Instant::now();
     let timeout = Duration::from_secs(args.wait_timeout);
     wait_ready(cluster, timeout, progress)?;
@@ -1106,9 +1112,10 @@ pub enum NodeState {
     Stopped,
     /// init runs; not every daemon is ready yet.
     Booting,
-    /// Every daemon is ready; the node has no DHCP address yet.
+    /// init runs; the node has no DHCP address yet, or (a VM) its system volumes are not
+    /// mounted yet or a daemon is not ready.
     Running,
-    /// Every daemon is ready and the node has its address.
+    /// Every daemon is ready and the node has its address (a VM: and its system volumes).
     Ready,
 }
 
@@ -1197,9 +1204,13 @@ pub async fn node_state(cluster: &Cluster, node: &Node) -> NodeState {
     }
 }
 
-/// A VM node's state, through its published apid: qemu runs (booting); apid answers
-/// ServiceList over the node's own address (so the node has its DHCP address) and every daemon
-/// of the manifest is healthy (ready), or not yet (running).
+/// The volumes every VM node's disk holds (`create` gives each a disk of at least 2200 MiB),
+/// mounted by init before the node counts as ready.
+const SYSTEM_VOLUMES: [&str; 2] = ["STATE", "EPHEMERAL"];
+
+/// A VM node's state, through its published apid: qemu runs (booting); apid answers over the
+/// node's own address (so the node has its DHCP address), its system volumes are mounted and
+/// every daemon of the manifest is healthy (ready), or not yet (running).
 async fn vm_state(cluster: &Cluster, node: &Node) -> NodeState {
     if node.current_init().is_none() {
         return NodeState::Stopped;
@@ -1234,6 +1245,25 @@ async fn vm_state(cluster: &Cluster, node: &Node) -> NodeState {
     ) else {
         return NodeState::Booting;
     };
+    // Its system volumes first: on a first boot init mounts EPHEMERAL once blockd formatted
+    // it, after every daemon was ready, and restarts the daemons that keep files under /var
+    // before it publishes the mount. Read in this order, "mounted, then every daemon healthy"
+    // cannot see a daemon about to restart (a CI run saw k8sd restarted just after `create`).
+    let state = cosi::Client::over(channel.clone(), format!("the Talos API of {}", node.name));
+    for volume in SYSTEM_VOLUMES {
+        let mounted = tokio::time::timeout(
+            Duration::from_secs(3),
+            state.get(
+                machinery::resources::runtime::NAMESPACE,
+                MountStatusSpec::TYPE,
+                volume,
+            ),
+        )
+        .await;
+        if !matches!(mounted, Ok(Ok(_))) {
+            return NodeState::Running;
+        }
+    }
     let mut api = proto::machine::machine_service_client::MachineServiceClient::new(channel);
     let Ok(Ok(list)) = tokio::time::timeout(Duration::from_secs(3), api.service_list(())).await
     else {
