@@ -1260,8 +1260,11 @@ async fn vm_state(cluster: &Cluster, node: &Node) -> NodeState {
             ),
         )
         .await;
-        if !matches!(mounted, Ok(Ok(_))) {
-            return NodeState::Running;
+        match mounted {
+            Ok(Ok(_)) => {}
+            // apid answers: the node runs, its volume is not mounted yet.
+            Ok(Err(e)) if e.kind() == cosi::ErrorKind::NotFound => return NodeState::Running,
+            _ => return NodeState::Booting,
         }
     }
     let mut api = proto::machine::machine_service_client::MachineServiceClient::new(channel);
