@@ -26,8 +26,8 @@ use machinery::resources::config::MachineConfigSpec;
 use machinery::resources::network::{HostnameSpecSpec, HOSTNAME_ID};
 use machinery::resources::runtime::{
     DaemonSecuritySpec, KernelCmdlineSpec, KernelModuleSpecSpec, LoadedKernelModuleSpec,
-    MachineStatusSpec, ServiceSpecSpec, ServiceStatusSpec, UnitKind, CMDLINE_ID, MACHINE_STATUS_ID,
-    NAMESPACE,
+    MachineStatusSpec, ServiceSpecSpec, ServiceStatusSpec, UnitKind, UnmetCondition, CMDLINE_ID,
+    MACHINE_STATUS_ID, NAMESPACE,
 };
 use tokio::sync::watch;
 
@@ -100,7 +100,11 @@ impl Controller for StatusController {
         for unit in self.supervisor.units() {
             let status = unit.snapshot();
             if self.daemons.contains(&unit.id) && !status.healthy {
-                unmet.push(unit.id.clone());
+                unmet.push(if status.pid == 0 {
+                    format!("{} not running", unit.id)
+                } else {
+                    format!("{} not healthy", unit.id)
+                });
             }
             if let Some(sec) = unit.security() {
                 security.push(Resource::new(NAMESPACE, unit.id.clone(), sec));
@@ -108,8 +112,8 @@ impl Controller for StatusController {
             statuses.push(Resource::new(NAMESPACE, unit.id.clone(), status));
         }
         let mut machine = self.machine.borrow().clone();
-        machine.ready = unmet.is_empty();
-        if machine.ready && !self.ready_logged {
+        machine.status.ready = unmet.is_empty();
+        if machine.status.ready && !self.ready_logged {
             self.ready_logged = true;
             let uptime = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
                 .map(|t| std::time::Duration::from(t).as_secs_f64())
@@ -120,7 +124,15 @@ impl Controller for StatusController {
                 "every daemon is ready"
             );
         }
-        machine.unmet = unmet;
+        // Upstream's condition for its services: one, every daemon that is not ready named.
+        machine.status.unmet_conditions = if unmet.is_empty() {
+            Vec::new()
+        } else {
+            vec![UnmetCondition {
+                name: "services".into(),
+                reason: unmet.join(", "),
+            }]
+        };
         ctx.apply(Resource::new(NAMESPACE, MACHINE_STATUS_ID, machine))
             .await?;
         ctx.apply_all(statuses).await?;

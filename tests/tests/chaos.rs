@@ -562,7 +562,7 @@ fn problems(
     }
 
     match rt.block_on(state.get_typed::<MachineStatusSpec>(RUNTIME, MACHINE_STATUS_ID)) {
-        Ok(m) if m.spec.ready && m.spec.unmet.is_empty() => {}
+        Ok(m) if m.spec.status.ready && m.spec.status.unmet_conditions.is_empty() => {}
         Ok(m) => p.push(format!("MachineStatus is not ready: {:?}", m.spec)),
         Err(e) => p.push(format!("get MachineStatus: {e}")),
     }

@@ -138,6 +138,19 @@ fn three_nodes_get_dhcp_addresses_hostnames_daemons_reach_each_other_and_destroy
         assert!(out.status.success(), "{}", text(&out));
         let spec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(spec["spec"]["hostname"], node.name.as_str(), "{spec}");
+
+        // Its MachineStatus, in upstream's shape (`{.spec.status.ready}`, as upstream's docs
+        // and scripts read it).
+        let out = cluster.talosctl(&["-n", &node.name, "get", "machinestatus", "-o", "json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(status["spec"]["stage"], "running", "{status}");
+        assert_eq!(status["spec"]["status"]["ready"], true, "{status}");
+        assert_eq!(
+            status["spec"]["status"]["unmetConditions"],
+            serde_json::json!([]),
+            "{status}"
+        );
         let uts = std::process::Command::new("nsenter")
             .args(["-t", &init.to_string(), "-u", "hostname"])
             .output()

@@ -341,20 +341,43 @@ pub enum MachineStage {
     Rebooting,
 }
 
-/// The node as a whole, as Talos's `MachineStatus`. ID: `machine`.
+/// The node as a whole, as Talos's `MachineStatus`, in upstream's shape (`stage`, `status:
+/// {ready, unmetConditions}`, so that `-o jsonpath='{.spec.status.ready}'` works as there),
+/// plus `mode`. ID: `machine`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineStatusSpec {
     /// The stage.
     pub stage: MachineStage,
+    /// Whether the machine is ready at its stage, and what keeps it from it.
+    #[serde(default)]
+    pub status: MachineStatusStatus,
+    /// How init runs: `vm` (PID 1 of a machine), `container` (PID 1 of a namespace set) or
+    /// `dev` (not PID 1). Not upstream's: its platform is in `Version`.
+    #[serde(default)]
+    pub mode: String,
+}
+
+/// Upstream's `MachineStatusStatus`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineStatusStatus {
     /// Every daemon is running and ready.
     pub ready: bool,
-    /// Daemons that are not (yet) ready.
+    /// What is not (yet): upstream's condition names (`services`: the daemons, each "NAME not
+    /// running" or "NAME not healthy").
     #[serde(default)]
-    pub unmet: Vec<String>,
-    /// How init runs: `vm` (PID 1 of a machine), `container` (PID 1 of a namespace set) or
-    /// `dev` (not PID 1).
-    pub mode: String,
+    pub unmet_conditions: Vec<UnmetCondition>,
+}
+
+/// A condition that keeps the machine from being ready at its stage (upstream's
+/// `UnmetCondition`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnmetCondition {
+    /// The condition (`services`).
+    pub name: String,
+    /// Why it is not met.
+    pub reason: String,
 }
 
 impl ResourceSpec for MachineStatusSpec {
@@ -364,7 +387,7 @@ impl ResourceSpec for MachineStatusSpec {
     fn definition() -> ResourceDefinition {
         ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[
             ("Stage", "{.stage}"),
-            ("Ready", "{.ready}"),
+            ("Ready", "{.status.ready}"),
             ("Mode", "{.mode}"),
         ])
     }
@@ -444,4 +467,37 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         // init mounts the volumes blockd prepares (a block type, in `runtime` as upstream).
         crate::resources::block::MountStatusSpec::definition(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machine_status_has_upstreams_shape() {
+        let spec = MachineStatusSpec {
+            stage: MachineStage::Running,
+            status: MachineStatusStatus {
+                ready: false,
+                unmet_conditions: vec![UnmetCondition {
+                    name: "services".into(),
+                    reason: "k8sd not healthy".into(),
+                }],
+            },
+            mode: "vm".into(),
+        };
+        let yaml = serde_yaml_ng::to_string(&spec).unwrap();
+        assert_eq!(
+            yaml,
+            "stage: running\nstatus:\n  ready: false\n  unmetConditions:\n  - name: services\n    \
+             reason: k8sd not healthy\nmode: vm\n"
+        );
+        // Upstream's own document (no `mode`) reads back.
+        let upstream: MachineStatusSpec = serde_yaml_ng::from_str(
+            "stage: running\nstatus:\n    ready: true\n    unmetConditions: []\n",
+        )
+        .unwrap();
+        assert!(upstream.status.ready);
+        assert_eq!(upstream.stage, MachineStage::Running);
+    }
 }
