@@ -323,6 +323,37 @@ async fn a_crash_looping_daemon_is_restarted_forever_and_only_exit_78_stops_one(
     let quitter = list.iter().find(|s| s.id == "quitter").unwrap();
     assert!(quitter.message.contains("permanent failure"), "{quitter:?}");
     assert_eq!(quitter.restarts, 0, "exit 78 is never restarted");
+    // The machine is not ready, and says why as upstream's MachineStatus does: one `services`
+    // condition naming the failed daemon, not the healthy ones.
+    let state = node.state();
+    let start = std::time::Instant::now();
+    let machine = loop {
+        let m = state
+            .get_typed::<machinery::resources::runtime::MachineStatusSpec>("runtime", "machine")
+            .await;
+        if let Ok(m) = m.as_ref() {
+            if m.spec
+                .status
+                .unmet_conditions
+                .iter()
+                .any(|c| c.reason.contains("quitter not running"))
+            {
+                break m.spec.clone();
+            }
+        }
+        assert!(
+            start.elapsed() < T,
+            "MachineStatus never named quitter: {m:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(!machine.status.ready, "{machine:?}");
+    assert_eq!(machine.status.unmet_conditions.len(), 1, "{machine:?}");
+    let condition = &machine.status.unmet_conditions[0];
+    assert_eq!(condition.name, "services", "{machine:?}");
+    for healthy in healthy {
+        assert!(!condition.reason.contains(healthy), "{machine:?}");
+    }
 
     // stated, killed eight times in a row: back every time, never left failed.
     let networkd = node.service("networkd").await.unwrap();
