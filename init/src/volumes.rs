@@ -31,16 +31,17 @@ pub struct SystemMount {
     pub flags: MsFlags,
 }
 
-/// STATE and EPHEMERAL.
+/// STATE and EPHEMERAL ([`machinery::resources::block::SYSTEM_VOLUMES`]).
 pub fn system_mounts() -> [SystemMount; 2] {
+    let [state, ephemeral] = machinery::resources::block::SYSTEM_VOLUMES;
     [
         SystemMount {
-            volume: "STATE",
+            volume: state,
             target: "/system/state",
             flags: MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         },
         SystemMount {
-            volume: "EPHEMERAL",
+            volume: ephemeral,
             target: "/var",
             flags: MsFlags::empty(),
         },

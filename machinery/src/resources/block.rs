@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// The namespace blockd writes.
 pub const NAMESPACE: &str = "block";
 
+/// The system volumes init mounts on a node with a disk (`/system/state` and `/var`): the IDs
+/// of their `VolumeStatus` and `MountStatus`.
+pub const SYSTEM_VOLUMES: [&str; 2] = ["STATE", "EPHEMERAL"];
+
 /// A whole disk (upstream's `Disk`). ID: the kernel's name (`vda`, `sda`, `nvme0n1`). Field
 /// names as upstream's (snake_case for this type).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

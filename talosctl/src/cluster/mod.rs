@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use cosi::ResourceSpec as _;
 use machinery::config::{apply_patches, Config, Patch, ValidationMode};
-use machinery::resources::block::MountStatusSpec;
+use machinery::resources::block::{MountStatusSpec, SYSTEM_VOLUMES};
 use machinery::resources::network::AddressStatusSpec;
 use machinery::secrets::Bundle;
 
@@ -1204,10 +1204,6 @@ pub async fn node_state(cluster: &Cluster, node: &Node) -> NodeState {
     }
 }
 
-/// The volumes every VM node's disk holds (`create` gives each a disk of at least 2200 MiB),
-/// mounted by init before the node counts as ready.
-const SYSTEM_VOLUMES: [&str; 2] = ["STATE", "EPHEMERAL"];
-
 /// A VM node's state, through its published apid: qemu runs (booting); apid answers over the
 /// node's own address (so the node has its DHCP address), its system volumes are mounted and
 /// every daemon of the manifest is healthy (ready), or not yet (running).
@@ -1245,10 +1241,11 @@ async fn vm_state(cluster: &Cluster, node: &Node) -> NodeState {
     ) else {
         return NodeState::Booting;
     };
-    // Its system volumes first: on a first boot init mounts EPHEMERAL once blockd formatted
-    // it, after every daemon was ready, and restarts the daemons that keep files under /var
-    // before it publishes the mount. Read in this order, "mounted, then every daemon healthy"
-    // cannot see a daemon about to restart (a CI run saw k8sd restarted just after `create`).
+    // Its system volumes first (every VM `create` makes has a disk of at least 2200 MiB for
+    // them): on a first boot init mounts EPHEMERAL once blockd formatted it, after every daemon
+    // was ready, and restarts the daemons that keep files under /var before it publishes the
+    // mount. Read in this order, "mounted, then every daemon healthy" cannot see a daemon about
+    // to restart (a CI run saw k8sd restarted just after `create`).
     let state = cosi::Client::over(channel.clone(), format!("the Talos API of {}", node.name));
     for volume in SYSTEM_VOLUMES {
         let mounted = tokio::time::timeout(
