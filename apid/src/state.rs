@@ -277,6 +277,7 @@ impl State for ReadOnlyState {
             req.get_ref().r#type.clone(),
         );
         self.check(&req, &ns, &ty).await?;
+        let roles = caller(&req)?;
         let stream = self
             .stated
             .clone()
@@ -284,7 +285,26 @@ impl State for ReadOnlyState {
             .await
             .map_err(|s| explain(&ns, &ty, s))?
             .into_inner();
-        let stream = stream.map(move |r| r.map_err(|s| explain(&ns, &ty, s)));
+        // The type's sensitivity is checked again before every event: a watch opened while
+        // the type was readable (a definition made sensitive later, by an upgrade of its
+        // daemon) hands a non-admin nothing from then on, neither live events nor the past
+        // ones a tail or a bookmark replays.
+        let catalog = self.catalog.clone();
+        let mut refused = false;
+        let stream = stream
+            .map(move |r| {
+                if !roles.is_admin() && catalog.sensitivity(&ty) == Some(Sensitivity::Sensitive) {
+                    return Err(Status::permission_denied(format!(
+                        "not authorized: {ty} is sensitive (os:admin only); the client has {roles}"
+                    )));
+                }
+                r.map_err(|s| explain(&ns, &ty, s))
+            })
+            .take_while(move |r| {
+                let go = !refused;
+                refused |= matches!(r, Err(s) if s.code() == tonic::Code::PermissionDenied);
+                std::future::ready(go)
+            });
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use cosi::ResourceSpec as _;
 use machinery::secrets::x509::{self, KeyAlgorithm, LeafRequest, Subject};
 use machinery::secrets::Bundle;
 use machinery::tls;
@@ -770,4 +771,200 @@ async fn open_streams_to_a_node_are_bounded_with_a_clear_error_not_a_hang() {
             }
         }
     }
+}
+
+/// Writes the chunks of a backup passing through stated, as k8sd (a snapshot) or apid (a
+/// recovery upload) do: one resource updated chunk after chunk, then destroyed.
+async fn pass_chunks<S: cosi::ResourceSpec + serde::Serialize>(
+    client: &cosi::Client,
+    ns: &str,
+    chunks: impl IntoIterator<Item = S>,
+) {
+    let mut stored: Option<cosi::RawResource> = None;
+    for spec in chunks {
+        let mut raw = cosi::Resource::new(ns, "upload-1", spec).to_raw().unwrap();
+        stored = Some(match stored {
+            None => client.create(&raw, "test").await.unwrap(),
+            Some(prev) => {
+                raw.metadata.version = prev.metadata.version;
+                client.update(&raw, "test", None).await.unwrap()
+            }
+        });
+    }
+    client
+        .destroy(ns, S::TYPE, "upload-1", "test")
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_backup_on_its_way_is_an_admins_only_even_from_a_watchs_history() {
+    use machinery::resources::apid::EtcdRecoverChunkSpec;
+    use machinery::resources::etcd::EtcdSnapshotChunkSpec;
+    let n = node().await;
+    let client = &n._harness.client;
+    client
+        .define_types_retrying(&machinery::resources::etcd::definitions(), "k8sd")
+        .await
+        .unwrap();
+    // A snapshot taken (etcd/EtcdSnapshotChunks) and one restored (apid/EtcdRecoverChunks):
+    // both have ended by the time anyone looks.
+    pass_chunks(
+        client,
+        "etcd",
+        (1..=3).map(|seq| EtcdSnapshotChunkSpec {
+            seq,
+            data: format!("U05BUFNIT1Qt{seq}"),
+            eof: seq == 3,
+        }),
+    )
+    .await;
+    pass_chunks(
+        client,
+        "apid",
+        (1..=3).map(|seq| EtcdRecoverChunkSpec {
+            seq,
+            data: format!("UkVDT1ZFUi0{seq}"),
+            eof: seq == 3,
+        }),
+    )
+    .await;
+    let tail = |ns: &str, ty: &str| WatchRequest {
+        options: Some(proto::WatchOptions {
+            tail_events: 100,
+            ..Default::default()
+        }),
+        ..watch_of(ns, ty)
+    };
+    // Collects what a watch replays from the history (the first 'established' response,
+    // then events until none comes for a while).
+    async fn replayed(
+        mut w: tonic::Streaming<proto::WatchResponse>,
+    ) -> Result<Vec<String>, tonic::Status> {
+        let mut out = Vec::new();
+        while let Ok(m) = tokio::time::timeout(Duration::from_millis(500), w.message()).await {
+            let Some(m) = m? else { break };
+            for e in m.event {
+                if let Some(r) = e.resource {
+                    let spec = r.spec.unwrap();
+                    out.push(format!(
+                        "{}{}",
+                        spec.yaml_spec,
+                        String::from_utf8_lossy(&spec.proto_spec)
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+    for (ns, ty, data) in [
+        ("etcd", EtcdSnapshotChunkSpec::TYPE, "U05BUFNIT1Qt3"),
+        ("apid", EtcdRecoverChunkSpec::TYPE, "UkVDT1ZFUi03"),
+    ] {
+        // The admin sees the backup's last chunk in the history: it is there to be seen.
+        let mut admin = StateClient::new(n.as_role("os:admin"));
+        let seen = replayed(admin.watch(tail(ns, ty)).await.unwrap().into_inner())
+            .await
+            .unwrap();
+        assert!(
+            seen.iter().any(|s| s.contains(data)),
+            "{ns}/{ty}: the admin replays {seen:?}"
+        );
+        // A reader: nothing, neither from the history nor by a read.
+        for role in ["os:reader", "os:etcd:backup"] {
+            let mut reader = StateClient::new(n.as_role(role));
+            let e = match reader.watch(tail(ns, ty)).await {
+                Err(e) => e,
+                Ok(w) => match replayed(w.into_inner()).await {
+                    Err(e) => e,
+                    Ok(seen) => panic!("{role} replays {ns}/{ty}: {seen:?}"),
+                },
+            };
+            assert_eq!(e.code(), Code::PermissionDenied, "{role}: {e:?}");
+            assert!(e.message().starts_with("not authorized"), "{}", e.message());
+            let e = list_all(&mut reader, ns, ty).await.unwrap_err();
+            assert_eq!(e.code(), Code::PermissionDenied, "{role}: {e:?}");
+        }
+    }
+    // stated keeps only a few past versions of a sensitive kind: a longer backup does not
+    // linger in its memory chunk after chunk.
+    pass_chunks(
+        client,
+        "etcd",
+        (1..=40).map(|seq| EtcdSnapshotChunkSpec {
+            seq,
+            data: format!("QkFDS1VQ{seq:02}"),
+            eof: seq == 40,
+        }),
+    )
+    .await;
+    let mut admin = StateClient::new(n.as_role("os:admin"));
+    let seen = replayed(
+        admin
+            .watch(tail("etcd", EtcdSnapshotChunkSpec::TYPE))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !seen.is_empty() && seen.len() <= stated::store::SENSITIVE_HISTORY,
+        "{} past chunks kept: {seen:?}",
+        seen.len()
+    );
+    assert!(!seen.iter().any(|s| s.contains("QkFDS1VQ01")), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_stops_handing_a_reader_a_type_made_sensitive_while_it_runs() {
+    use machinery::resources::etcd::EtcdSnapshotChunkSpec;
+    let n = node().await;
+    let client = &n._harness.client;
+    // The type as an older build defined it: not sensitive.
+    let mut def = EtcdSnapshotChunkSpec::definition();
+    def.sensitivity = cosi::definition::Sensitivity::NonSensitive;
+    client.define_types(&[def], "k8sd").await.unwrap();
+    let ty = EtcdSnapshotChunkSpec::TYPE;
+    // A namespace of a stated without a manifest exists once written.
+    pass_chunks(client, "etcd", [EtcdSnapshotChunkSpec::default()]).await;
+    let mut reader = StateClient::new(n.as_role("os:reader"));
+    let end = Instant::now() + T;
+    let mut w = loop {
+        match reader.watch(watch_of("etcd", ty)).await {
+            Ok(w) => break w.into_inner(),
+            // Until apid has seen the definition (the harness defined them all, sensitive).
+            Err(e) => assert!(Instant::now() < end, "{e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(w.message().await.unwrap().is_some(), "established");
+    // Made sensitive (the daemon upgraded); once apid knows, a chunk is written.
+    client
+        .define_types(&[EtcdSnapshotChunkSpec::definition()], "k8sd")
+        .await
+        .unwrap();
+    let end = Instant::now() + T;
+    while reader.watch(watch_of("etcd", ty)).await.is_ok() {
+        assert!(Instant::now() < end, "apid never learnt the new definition");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pass_chunks(
+        client,
+        "etcd",
+        [EtcdSnapshotChunkSpec {
+            seq: 1,
+            data: "U0VDUkVU".into(),
+            eof: true,
+        }],
+    )
+    .await;
+    let e = tokio::time::timeout(T, w.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().starts_with("not authorized"), "{}", e.message());
+    // And the stream has ended.
+    assert!(matches!(w.message().await, Ok(None) | Err(_)));
 }

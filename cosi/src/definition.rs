@@ -86,6 +86,11 @@ impl ResourceSpec for NamespaceSpec {
 impl ResourceDefinition {
     /// The definition of `resource_type` with COSI's automatic aliases: the lowercase singular,
     /// the acronym of its capitals, the lowercase plural and every `plural.suffix` prefix.
+    ///
+    /// Unlike COSI, a `…Spec` or `…Status` type gets no acronym: the acronym of one names its
+    /// sibling too (`AddressSpec` and `AddressStatus` are both `as`), and a name must name one
+    /// type (stated refuses a definition that takes another's name; upstream's talosctl calls
+    /// such a name ambiguous).
     pub fn new(resource_type: &str, default_namespace: &str) -> Self {
         let (plural, suffix) = resource_type.split_once('.').unwrap_or((resource_type, ""));
         let singular = singular(plural);
@@ -95,7 +100,8 @@ impl ResourceDefinition {
             .filter(char::is_ascii_uppercase)
             .collect::<String>()
             .to_lowercase();
-        if acronym.len() > 1 && !aliases.contains(&acronym) {
+        let paired = singular.ends_with("Spec") || singular.ends_with("Status");
+        if acronym.len() > 1 && !aliases.contains(&acronym) && !paired {
             aliases.push(acronym.clone());
             aliases.push(format!("{acronym}s"));
         }
@@ -209,11 +215,19 @@ mod tests {
         assert!(rd.matches("addressstatuses"));
         assert!(rd.matches("AddressStatuses.net.talos.dev"));
         assert!(rd.matches("addressstatuses.net"));
-        assert!(rd.matches("as"));
+        // Its acronym would name AddressSpecs too.
+        assert!(!rd.matches("as"));
         assert!(!rd.matches("address"));
+        let rd = ResourceDefinition::new("MountStatuses.block.talos.dev", "block");
+        assert!(!rd.matches("ms"));
+        let rd = ResourceDefinition::new("VIPElections.etcd.talos.dev", "etcd");
+        assert!(rd.matches("vipe") && rd.matches("vipes"));
         assert_eq!(singular("Addresses"), "Address");
         assert_eq!(singular("Routes"), "Route");
         assert_eq!(singular("Identities"), "Identity");
-        assert_eq!(rd.id(), "addressstatuses.net.talos.dev");
+        assert_eq!(
+            ResourceDefinition::new("AddressStatuses.net.talos.dev", "network").id(),
+            "addressstatuses.net.talos.dev"
+        );
     }
 }

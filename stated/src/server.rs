@@ -328,8 +328,9 @@ impl StateService {
     /// written, by admin, or by a daemon defining a type of a group it `defines` whose default
     /// namespace it writes; a daemon's definitions are owned by the daemon itself (its
     /// kernel-verified name, whatever owner string it sends), so it may change only those it
-    /// created; and no definition may take a type name or alias that a definition of another
-    /// owner has, so nobody can make `talosctl get machineconfig` resolve to a type of theirs.
+    /// created; and no definition may take a type name or alias that another definition has
+    /// (whoever owns it), so nobody can make `talosctl get machineconfig` resolve to a type of
+    /// theirs, nor make a name ambiguous.
     /// The caller holds `meta_writes` from here to the write.
     fn check_write(
         &self,
@@ -413,7 +414,9 @@ impl StateService {
             .store
             .list(META_NAMESPACE, ResourceDefinition::TYPE, &Filter::default())
         {
-            if other.metadata.id == md.id || other.metadata.owner == owner {
+            // Whoever owns the other one: a name names one type (a daemon's own two types
+            // sharing an alias made `talosctl get` of that name ambiguous).
+            if other.metadata.id == md.id {
                 continue;
             }
             let Ok(o) = cosi::resource::decode_spec::<ResourceDefinition>(&other.spec) else {

@@ -24,6 +24,10 @@ pub const MAX_SPEC: usize = 1024 * 1024;
 pub const MAX_METADATA: usize = 64 * 1024;
 /// Events kept per (namespace, type) for watches to resume from.
 pub const DEFAULT_HISTORY: usize = 4096;
+/// Events kept per kind whose type is defined sensitive (keys, a configuration with secrets,
+/// an etcd backup on its way): their past versions do not linger in memory. A watcher of such
+/// a kind that falls further behind resumes by relisting, as any watcher behind the history.
+pub const SENSITIVE_HISTORY: usize = 4;
 /// The owner of resources stated writes itself (namespaces, meta definitions).
 pub const STATED_OWNER: &str = "stated";
 
@@ -233,6 +237,9 @@ struct Inner {
     usage: HashMap<String, Usage>,
     history_bytes: usize,
     history_events: usize,
+    /// The types whose definition in `meta` is sensitive: their kinds keep
+    /// [`SENSITIVE_HISTORY`] events.
+    sensitive: std::collections::HashSet<String>,
 }
 
 /// A checked write that has not changed anything yet: what [`Inner::commit`] applies.
@@ -318,6 +325,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves consistent data (every mutation is a single insert
     // after all checks), so poisoning is not a reason to stop serving.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Drops a collection's oldest events beyond `cap`: (events, bytes) dropped.
+fn shorten(c: &mut Collection, cap: usize) -> (usize, usize) {
+    let mut dropped = (0usize, 0usize);
+    while c.history.len() > cap {
+        if let Some(e) = c.history.pop_front() {
+            c.floor = e.seq;
+            dropped.0 += 1;
+            dropped.1 += e.size;
+        }
+    }
+    dropped
 }
 
 fn kind_of(md: &Metadata) -> Kind {
@@ -411,6 +431,7 @@ impl Store {
             usage: HashMap::new(),
             history_bytes: 0,
             history_events: 0,
+            sensitive: std::collections::HashSet::new(),
         };
         let durable = cfg.state_dir.map(DurableFiles::open).transpose()?;
         let durable_namespaces = cfg.durable;
@@ -1058,7 +1079,14 @@ impl Inner {
         encoded: Bytes,
     ) {
         let key = kind_of(&r.metadata);
-        let cap = self.history_cap;
+        if key.0 == META_NAMESPACE && key.1 == ResourceDefinition::TYPE {
+            self.note_definition(kind, &r);
+        }
+        let cap = if self.sensitive.contains(&key.1) {
+            SENSITIVE_HISTORY
+        } else {
+            self.history_cap
+        };
         let base = self.base;
         let c = self
             .collections
@@ -1082,19 +1110,39 @@ impl Inner {
             wire_with_old: std::sync::OnceLock::new(),
             size,
         }));
-        let mut dropped = (0usize, 0usize);
-        while c.history.len() > cap {
-            if let Some(e) = c.history.pop_front() {
-                c.floor = e.seq;
-                dropped.0 += 1;
-                dropped.1 += e.size;
-            }
-        }
+        let dropped = shorten(c, cap);
         c.notify.send_replace(seq);
         self.history_events = (self.history_events + 1).saturating_sub(dropped.0);
         self.history_bytes = (self.history_bytes + size).saturating_sub(dropped.1);
         self.account(added.as_deref(), removed.as_deref());
         self.trim_history();
+    }
+
+    /// Keeps [`Inner::sensitive`] equal to the definitions in `meta`; a type that becomes
+    /// sensitive has the history of its kinds cut to [`SENSITIVE_HISTORY`] at once.
+    fn note_definition(&mut self, kind: EventKind, r: &RawResource) {
+        let def = match kind {
+            EventKind::Destroyed => None,
+            EventKind::Created | EventKind::Updated => {
+                cosi::resource::decode_spec::<ResourceDefinition>(&r.spec).ok()
+            }
+        };
+        // A definition's ID is its lowercase type: the one destroyed is found by it.
+        self.sensitive.retain(|t| t.to_lowercase() != r.metadata.id);
+        let Some(def) = def else { return };
+        if def.sensitivity != cosi::definition::Sensitivity::Sensitive {
+            return;
+        }
+        let mut dropped = (0usize, 0usize);
+        for (k, c) in &mut self.collections {
+            if k.1 == def.resource_type {
+                let d = shorten(c, SENSITIVE_HISTORY);
+                dropped = (dropped.0 + d.0, dropped.1 + d.1);
+            }
+        }
+        self.history_events = self.history_events.saturating_sub(dropped.0);
+        self.history_bytes = self.history_bytes.saturating_sub(dropped.1);
+        self.sensitive.insert(def.resource_type);
     }
 
     /// Logs then applies a checked write (a durable namespace's file is written before, by

@@ -458,6 +458,37 @@ async fn hijack_as_networkd(c: &cosi::Client) {
     def = def.with_columns(&[("Hostname", "{.hostname}")]);
     again.spec = cosi::resource::encode_spec(&def).unwrap();
     c.update(&again, "anything", None).await.unwrap();
+    // Another type of its own that takes a name of its first one: refused too (a name names
+    // one type, whoever owns both: `talosctl get hostname` would be ambiguous), beside a
+    // second type of its own with names of its own, which is created.
+    let twin = cosi::ResourceDefinition::new("HostnameTwins.net.talos.dev", "network")
+        .with_aliases(&["hostname"]);
+    let e = c.create(&definition(&twin), "").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(
+        e.message().contains("HostnameStatuses.net.talos.dev"),
+        "{e}"
+    );
+    let display = cosi::ResourceDefinition {
+        display_type: "HostnameStatus".into(),
+        ..cosi::ResourceDefinition::new("HostnameTwins.net.talos.dev", "network")
+    };
+    denied(
+        c.create(&definition(&display), "").await,
+        "another type's display name",
+    );
+    let second = cosi::ResourceDefinition::new("HostnameTwins.net.talos.dev", "network");
+    c.create(&definition(&second), "").await.unwrap();
+    // And the first may not take the second's names on an update either.
+    let mut first = c
+        .get("meta", RD, "hostnamestatuses.net.talos.dev")
+        .await
+        .unwrap();
+    first.spec = cosi::resource::encode_spec(&own.clone().with_aliases(&["hostnametwin"])).unwrap();
+    denied(
+        c.update(&first, "", None).await,
+        "update taking a sibling's name",
+    );
 }
 
 /// Another daemon tries to take networkd's names and definitions.

@@ -151,8 +151,15 @@ mod tests {
         );
         assert_eq!(t("RT").as_deref(), Some("Routes.net.talos.dev"));
         assert_eq!(t("nothing"), None);
-        // `hs` is the acronym of both HostnameStatus and HostnameSpec.
-        let err = pick(&defs, "hs").unwrap_err().to_string();
+        // A spec and a status have no acronym (`hs` would name both).
+        assert_eq!(t("hs"), None);
+        // A name two definitions share (stated refuses the second; an older node may have
+        // both) is ambiguous, never one of them at random.
+        let defs = vec![
+            ResourceDefinition::new("Routes.net.talos.dev", "network").with_aliases(&["rt"]),
+            ResourceDefinition::new("RouteTables.net.talos.dev", "network").with_aliases(&["rt"]),
+        ];
+        let err = pick(&defs, "rt").unwrap_err().to_string();
         assert!(err.contains("ambiguous"), "{err}");
     }
 }

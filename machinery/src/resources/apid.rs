@@ -116,8 +116,8 @@ impl ResourceSpec for EtcdOperationRequestSpec {
 
 /// One chunk of a snapshot uploaded with `EtcdRecover` (`EtcdRecoverChunks`, a random ID per
 /// upload): apid writes chunk `seq` once k8sd acknowledged `seq - 1` in
-/// `etcd/EtcdRecoverAcks` (one chunk in stated at a time); the last one has `eof`. Destroyed
-/// when the upload ends.
+/// `etcd/EtcdRecoverAcks` (one chunk live at a time); the last one has `eof`. Destroyed when
+/// the upload ends. Sensitive: a reader never sees the backup.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdRecoverChunkSpec {
@@ -136,8 +136,10 @@ impl ResourceSpec for EtcdRecoverChunkSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
+        // A piece of an etcd backup being restored: as sensitive as the snapshot it is.
         ResourceDefinition::new(Self::TYPE, NAMESPACE)
             .with_columns(&[("Seq", "{.seq}"), ("EOF", "{.eof}")])
+            .sensitive()
     }
 }
 

@@ -244,7 +244,8 @@ impl ResourceSpec for VolumeConfigSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
-        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+        // Sensitive, as upstream's: a volume's encryption keys are part of its configuration.
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).sensitive()
     }
 }
 

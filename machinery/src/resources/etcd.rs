@@ -398,8 +398,10 @@ pub const SNAPSHOT_CHUNK: usize = 256 * 1024;
 
 /// One chunk of an etcd snapshot on its way to apid (`EtcdSnapshotChunks`, the ID of the
 /// `apid/EtcdOperationRequests` that asked; ours): k8sd reads etcd's snapshot stream and
-/// writes chunk `seq` once apid acknowledged `seq - 1` in its request, so stated holds one
-/// chunk at a time whatever the database's size. The last one has `eof`.
+/// writes chunk `seq` once apid acknowledged `seq - 1` in its request, so one chunk is live at
+/// a time whatever the database's size (and, the type being sensitive, stated's history keeps
+/// only a few past ones: `stated::store::SENSITIVE_HISTORY`). The last one
+/// has `eof`. Sensitive: a reader never sees the database.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdSnapshotChunkSpec {
@@ -418,8 +420,11 @@ impl ResourceSpec for EtcdSnapshotChunkSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
+        // A piece of the cluster's whole database: only for the roles that may take a
+        // snapshot (upstream: admin, operator, etcd:backup), never for a reader.
         ResourceDefinition::new(Self::TYPE, NAMESPACE)
             .with_columns(&[("Seq", "{.seq}"), ("EOF", "{.eof}")])
+            .sensitive()
     }
 }
 

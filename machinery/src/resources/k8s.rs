@@ -112,7 +112,7 @@ pub struct ComponentConfig {
 }
 
 macro_rules! component_type {
-    ($name:ident, $type:literal, $doc:literal, [$($taken:literal),*]) => {
+    ($name:ident, $type:literal, $doc:literal, [$($taken:literal),*], $sensitive:literal) => {
         #[doc = $doc]
         #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
         #[serde(transparent)]
@@ -123,9 +123,14 @@ macro_rules! component_type {
             const DEFAULT_NAMESPACE: &'static str = CONTROL_PLANE_NAMESPACE;
 
             fn definition() -> ResourceDefinition {
-                ResourceDefinition::new(Self::TYPE, CONTROL_PLANE_NAMESPACE)
+                let d = ResourceDefinition::new(Self::TYPE, CONTROL_PLANE_NAMESPACE)
                     .without_aliases(&[$($taken),*])
-                    .with_columns(&[("Enabled", "{.enabled}"), ("Image", "{.image}")])
+                    .with_columns(&[("Enabled", "{.enabled}"), ("Image", "{.image}")]);
+                if $sensitive {
+                    d.sensitive()
+                } else {
+                    d
+                }
             }
         }
     };
@@ -134,20 +139,24 @@ macro_rules! component_type {
 component_type!(
     ApiServerConfigSpec,
     "APIServerConfigs.kubernetes.talos.dev",
-    "kube-apiserver's configuration (`APIServerConfigs`).",
-    []
+    "kube-apiserver's configuration (`APIServerConfigs`). Sensitive, as upstream's: its extra \
+     arguments and environment may carry credentials.",
+    [],
+    true
 );
 component_type!(
     ControllerManagerConfigSpec,
     "ControllerManagerConfigs.kubernetes.talos.dev",
     "kube-controller-manager's configuration (`ControllerManagerConfigs`).",
-    []
+    [],
+    false
 );
 component_type!(
     SchedulerConfigSpec,
     "SchedulerConfigs.kubernetes.talos.dev",
     "kube-scheduler's configuration (`SchedulerConfigs`): `sc` is SignedCertificates' (trustd).",
-    ["sc", "scs"]
+    ["sc", "scs"],
+    false
 );
 
 /// A static pod (`StaticPods`, ID the component's): the whole `v1.Pod`, as upstream's.
@@ -264,8 +273,11 @@ impl ResourceSpec for KubeletConfigSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
-        // `kc` is KernelCmdlines' (init's).
-        ResourceDefinition::new(Self::TYPE, NAMESPACE).without_aliases(&["kc", "kcs"])
+        // `kc` is KernelCmdlines' (init's). Sensitive, as upstream's: extra arguments and
+        // configuration may carry credentials.
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .without_aliases(&["kc", "kcs"])
+            .sensitive()
     }
 }
 
@@ -294,10 +306,12 @@ impl ResourceSpec for KubeletSpecSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
-        // `ks` is KubeletSecrets' (secretsd's).
+        // `ks` is KubeletSecrets' (secretsd's). Sensitive, as upstream's (what KubeletConfigs
+        // carries, rendered).
         ResourceDefinition::new(Self::TYPE, NAMESPACE)
             .without_aliases(&["ks", "kss"])
             .with_columns(&[("Nodename", "{.expectedNodename}")])
+            .sensitive()
     }
 }
 

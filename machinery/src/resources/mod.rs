@@ -30,29 +30,56 @@ pub fn definitions() -> Vec<ResourceDefinition> {
 
 #[cfg(test)]
 mod tests {
-    /// The daemon that defines a type: one per type group (networkd defines two).
-    fn group(t: &str) -> &str {
-        match t.split_once('.').map_or("", |(_, g)| g) {
-            "files.talos.dev" => "net.talos.dev",
-            g => g,
-        }
-    }
+    use cosi::definition::Sensitivity;
 
     #[test]
-    fn no_name_belongs_to_two_daemons_types() {
-        // stated refuses a definition that takes a name (alias, plural) of another owner's
-        // type: a daemon whose definitions collide would run with its types undefined.
+    fn no_name_belongs_to_two_types() {
+        // stated refuses a definition that takes a name (type, display type, alias, plural)
+        // of another type, whoever defined it: a daemon whose definitions collide would run
+        // with a type undefined, and `talosctl get` would find a name ambiguous.
         let mut seen = std::collections::BTreeMap::new();
         let mut both = Vec::new();
         for d in super::definitions() {
-            for a in &d.all_aliases {
+            for a in d.names() {
                 if let Some(other) = seen.insert(a.clone(), d.resource_type.clone()) {
-                    if group(&other) != group(&d.resource_type) {
-                        both.push(format!("{a}: {other} {}", d.resource_type));
-                    }
+                    both.push(format!("{a}: {other} {}", d.resource_type));
                 }
             }
         }
         assert!(both.is_empty(), "{both:#?}");
+    }
+
+    #[test]
+    fn what_a_reader_must_not_have_is_sensitive() {
+        // Upstream's sensitive types that talos-rs has, and ours that carry keys, tokens, a
+        // configuration with secrets or an etcd backup.
+        let must = [
+            "MachineConfigs.config.talos.dev",
+            "VolumeConfigs.block.talos.dev",
+            "LinkSpecs.net.talos.dev",
+            "OperatorSpecs.net.talos.dev",
+            "EtcFileSpecs.files.talos.dev",
+            "APIServerConfigs.kubernetes.talos.dev",
+            "KubeletConfigs.kubernetes.talos.dev",
+            "KubeletSpecs.kubernetes.talos.dev",
+            "Manifests.kubernetes.talos.dev",
+            "MaintenanceServerCertificates.apid.talos.dev",
+            "EtcdSnapshotChunks.etcd.talos.dev",
+            "EtcdRecoverChunks.apid.talos.dev",
+        ];
+        let defs = super::definitions();
+        for t in must {
+            let d = defs
+                .iter()
+                .find(|d| d.resource_type == t)
+                .unwrap_or_else(|| panic!("{t} is not defined"));
+            assert_eq!(d.sensitivity, Sensitivity::Sensitive, "{t}");
+        }
+        for d in defs
+            .iter()
+            .filter(|d| d.resource_type.contains(".secrets."))
+        {
+            assert_eq!(d.sensitivity, Sensitivity::Sensitive, "{}", d.resource_type);
+        }
     }
 }

@@ -26,7 +26,8 @@ impl ResourceSpec for EtcFileSpecSpec {
     const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
 
     fn definition() -> ResourceDefinition {
-        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+        // Sensitive, as upstream's (a file under /etc may hold credentials).
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).sensitive()
     }
 }
 
