@@ -2,6 +2,7 @@
 //! configuration ([`config`]), shared by the daemons and talosctl.
 pub mod config;
 pub mod manifest;
+pub mod path_id;
 pub mod resources;
 pub mod rfc3339;
 #[cfg(feature = "pki")]

@@ -56,7 +56,12 @@ impl RecoverController {
             if c.seq != 1 {
                 return failed("the upload did not start at its first chunk (k8sd restarted?)");
             }
-            let part = self.dir.join(format!("{id}.part"));
+            // The ID is apid's choice: it must name a file in the recovery directory.
+            let name = match machinery::path_id::file_name(id) {
+                Ok(name) => name,
+                Err(e) => return failed(&e.to_string()),
+            };
+            let part = self.dir.join(format!("{name}.part"));
             match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -251,5 +256,22 @@ mod tests {
         assert!(late.error.contains("first chunk"), "{late:?}");
         let empty = c.take("u4", &chunk(1, b"", true));
         assert!(empty.error.contains("empty"), "{empty:?}");
+    }
+
+    #[test]
+    fn an_upload_whose_id_leaves_the_directory_writes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("recover");
+        std::fs::create_dir(&dir).unwrap();
+        let mut c = RecoverController::new(dir.clone());
+        for id in ["../escape", "..", ".hidden", "a/b"] {
+            let ack = c.take(id, &chunk(1, b"data", true));
+            assert!(ack.error.contains("cannot name a file"), "{id}: {ack:?}");
+        }
+        assert!(!d.path().join("escape.part").exists());
+        assert!(!d.path().join(RECOVER_SNAPSHOT).exists());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        // A plain ID beside them is taken.
+        assert!(c.take("upload-1", &chunk(1, b"data", true)).done);
     }
 }

@@ -178,7 +178,14 @@ impl EtcFileWriterController {
         let specs = ctx.list::<EtcFileSpecSpec>(NAMESPACE).await?;
         let dir = self.root.join("etc");
         for spec in specs.iter().filter(|s| s.metadata.phase == Phase::Running) {
-            let path = dir.join(spec.id());
+            let name = match machinery::path_id::file_name(spec.id()) {
+                Ok(name) => name,
+                Err(e) => {
+                    tracing::warn!(error = %e, "not written");
+                    continue;
+                }
+            };
+            let path = dir.join(name);
             let version = spec.metadata.version.to_string();
             let written = ctx
                 .get::<EtcFileStatusSpec>(NAMESPACE, spec.id())
