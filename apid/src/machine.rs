@@ -175,6 +175,7 @@ impl MachineService for Machine {
                 dry_run: r.dry_run,
                 try_timeout_ms,
                 maintenance,
+                expected_version: r.expected_version,
             })
             .await
             .map_err(from_init)?

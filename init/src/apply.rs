@@ -256,6 +256,20 @@ impl Applier {
         let text = String::from_utf8(req.data)
             .map_err(|_| Status::invalid_argument("the machine configuration is not UTF-8 text"))?;
         let current = self.read(ACTIVE_ID).await?;
+        if req.expected_version != 0 {
+            // The client changed the configuration it read: one applied since then would be
+            // undone without a word. Refused as a COSI Update's version conflict is.
+            let now = current.as_ref().map(|r| r.metadata.version);
+            if now != Some(req.expected_version) {
+                return Err(Status::failed_precondition(format!(
+                    "the machine configuration changed since it was read: the change was made \
+                     on version {}, the node has {}; nothing was written (read it again and \
+                     apply the change to that)",
+                    req.expected_version,
+                    now.map_or_else(|| "none".to_string(), |v| format!("version {v}"))
+                )));
+            }
+        }
         if req.maintenance && current.is_some() {
             return Err(Status::permission_denied(
                 "the node has a machine configuration: the maintenance API is over, use a \

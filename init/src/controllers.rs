@@ -329,6 +329,15 @@ impl cosi::generic::Transform for Redact {
         Some(input.metadata.id.clone())
     }
 
+    /// The version it was made from: a client that reads the copy, changes it and applies it
+    /// sends it back, and init refuses the apply if the configuration changed in between.
+    fn annotations(&self, input: &Resource<MachineConfigSpec>) -> Vec<(String, String)> {
+        vec![(
+            machinery::resources::config::SOURCE_VERSION_ANNOTATION.to_string(),
+            input.metadata.version.to_string(),
+        )]
+    }
+
     /// A configuration that does not decode is not copied at all (its secrets could not be
     /// found): the last redacted copy stays, and the error says why.
     fn transform(

@@ -82,6 +82,7 @@ async fn apply(
                 seconds: i64::try_from(t.as_secs()).unwrap(),
                 nanos: 0,
             }),
+            expected_version: 0,
         })
         .await?;
     Ok(reply.into_inner().messages.into_iter().next().unwrap())
@@ -345,4 +346,103 @@ async fn apply_configuration_through_apid_keeps_the_nodes_secrets_and_follows_ev
         Some(ca_key.as_str())
     );
     assert!(full(&node, "staged").await.is_none());
+}
+
+/// The redacted copy as an admin reads it through apid, and the version it was made from.
+async fn redacted_copy(admin: &Channel) -> (Value, u64) {
+    let r = cosi::Client::over(admin.clone(), "apid")
+        .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
+        .await
+        .unwrap();
+    let v = machinery::resources::config::source_version(&r).expect("the copy names its source");
+    (serde_yaml_ng::from_str(&r.spec.0).unwrap(), v)
+}
+
+async fn apply_on(
+    ch: &Channel,
+    text: &str,
+    expected_version: u64,
+) -> Result<ApplyConfiguration, tonic::Status> {
+    let reply = MachineServiceClient::new(ch.clone())
+        .apply_configuration(ApplyConfigurationRequest {
+            data: text.as_bytes().to_vec(),
+            mode: Mode::NoReboot as i32,
+            expected_version,
+            ..Default::default()
+        })
+        .await?;
+    Ok(reply.into_inner().messages.into_iter().next().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_on_an_older_version_is_refused_not_applied_over_a_newer_one() {
+    if !testkit::require_root("a node switches uids and makes namespaces") {
+        return;
+    }
+    let bundle = Bundle::from_yaml(support::UPSTREAM).unwrap();
+    let node = Node::builder()
+        .config(&support::control_plane(&bundle, "tap1", "172.20.98.2"))
+        .start();
+    let (admin, _) = up(&node, &bundle).await;
+    // Two administrators read the same configuration.
+    let (read, v0) = redacted_copy(&admin).await;
+    assert_eq!(full(&node, ACTIVE_ID).await.unwrap().1, v0);
+    // The first applies its change, made on v0.
+    apply_on(&admin, &with_nameserver(&read, "10.1.1.1"), v0)
+        .await
+        .unwrap();
+    let v1 = full(&node, ACTIVE_ID).await.unwrap().1;
+    assert!(v1 > v0);
+    // The second's change, made on v0 too, would undo the first's: refused, both versions
+    // named, nothing written.
+    let e = apply_on(&admin, &with_nameserver(&read, "10.2.2.2"), v0)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains(&format!("made on version {v0}"))
+            && e.message().contains(&format!("the node has version {v1}")),
+        "{}",
+        e.message()
+    );
+    let (now, v) = full(&node, ACTIVE_ID).await.unwrap();
+    assert_eq!((nameservers(&now), v), (ns("[10.1.1.1]"), v1));
+    // Read again (the copy follows the new version), the change applies.
+    let end = Instant::now() + T;
+    let (read, v) = loop {
+        let (c, v) = redacted_copy(&admin).await;
+        if v == v1 {
+            break (c, v);
+        }
+        assert!(Instant::now() < end, "the copy still says version {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(nameservers(&read), ns("[10.1.1.1]"));
+    apply_on(&admin, &with_nameserver(&read, "10.2.2.2"), v)
+        .await
+        .unwrap();
+    let (now, v2) = full(&node, ACTIVE_ID).await.unwrap();
+    assert_eq!(nameservers(&now), ns("[10.2.2.2]"));
+    // A change of a secret alone leaves the redacted text as it was, but not the version
+    // the copy names: a change made on the copy read before it is refused too.
+    let (mut secret, _) = full(&node, ACTIVE_ID).await.unwrap();
+    secret["machine"]["token"] = Value::from("abcdef.0123456789abcdef");
+    apply_on(&admin, &serde_yaml_ng::to_string(&secret).unwrap(), 0)
+        .await
+        .unwrap();
+    let v3 = full(&node, ACTIVE_ID).await.unwrap().1;
+    assert!(v3 > v2);
+    let end = Instant::now() + T;
+    while redacted_copy(&admin).await.1 != v3 {
+        assert!(Instant::now() < end, "the copy never named version {v3}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let e = apply_on(&admin, &with_nameserver(&read, "10.3.3.3"), v2)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    // Without a version (an upstream client), no check, as upstream.
+    apply_on(&admin, &with_nameserver(&read, "10.3.3.3"), 0)
+        .await
+        .unwrap();
 }

@@ -182,20 +182,26 @@ fn patched(current: Option<&str>, patches: &[Patch]) -> anyhow::Result<String> {
     apply_patches(current, patches).context("cannot patch the machine configuration")
 }
 
-/// The node's configuration as `client` may read it from `namespace`.
-async fn current(client: &cosi::Client, namespace: &str) -> anyhow::Result<Option<String>> {
+/// The node's configuration as `client` may read it from `namespace`, and the version of the
+/// active configuration it is (0 when the node does not say): sent back with the change, so
+/// that the node refuses it if another apply came in between.
+async fn current(client: &cosi::Client, namespace: &str) -> anyhow::Result<Option<(String, u64)>> {
     match client
         .get_typed::<MachineConfigSpec>(namespace, ACTIVE_ID)
         .await
     {
-        Ok(r) => Ok(Some(r.spec.0)),
+        Ok(r) => {
+            let version = machinery::resources::config::source_version(&r).unwrap_or(0);
+            Ok(Some((r.spec.0, version)))
+        }
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(anyhow::Error::new(e).context("cannot read the machine configuration")),
     }
 }
 
-fn request(text: String, how: &ModeArgs) -> ApplyConfigurationRequest {
+fn request(text: String, how: &ModeArgs, expected_version: u64) -> ApplyConfigurationRequest {
     ApplyConfigurationRequest {
+        expected_version,
         data: text.into_bytes(),
         mode: how.mode.wire() as i32,
         dry_run: how.dry_run,
@@ -256,8 +262,8 @@ pub async fn run_api(api: &Api, change: Change<'_>, out: &mut dyn Write) -> anyh
     let several = sources.len() > 1;
     let mut errors = Vec::new();
     for ((label, node), source) in api.targets().into_iter().zip(sources) {
-        let text = match &fixed {
-            Some(t) => t.clone(),
+        let (text, expected) = match &fixed {
+            Some(t) => (t.clone(), 0),
             None => {
                 let now = match current(&source.client, REDACTED_NAMESPACE).await {
                     Ok(c) => c,
@@ -266,8 +272,9 @@ pub async fn run_api(api: &Api, change: Change<'_>, out: &mut dyn Write) -> anyh
                         continue;
                     }
                 };
-                match patched(now.as_deref(), &patches) {
-                    Ok(t) => t,
+                let expected = now.as_ref().map_or(0, |(_, v)| *v);
+                match patched(now.as_ref().map(|(t, _)| t.as_str()), &patches) {
+                    Ok(t) => (t, expected),
                     Err(e) => {
                         errors.push(format!("{label}: {e:#}"));
                         continue;
@@ -275,7 +282,7 @@ pub async fn run_api(api: &Api, change: Change<'_>, out: &mut dyn Write) -> anyh
                 }
             }
         };
-        let req = api.for_node(request(text, change.how()), node.as_deref())?;
+        let req = api.for_node(request(text, change.how(), expected), node.as_deref())?;
         match machine.apply_configuration(req).await {
             Ok(reply) => {
                 for m in reply.into_inner().messages {
@@ -307,8 +314,8 @@ pub async fn run_sockets(
     change: Change<'_>,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let text = match &change {
-        Change::Apply(a) => apply_text(a)?,
+    let (text, expected) = match &change {
+        Change::Apply(a) => (apply_text(a)?, 0),
         Change::Patch(p) => {
             check_resource(p)?;
             let patches = load_patches(&p.patch)?;
@@ -321,10 +328,15 @@ pub async fn run_sockets(
             }
             let client = cosi::Client::new(socket)
                 .with_context(|| format!("cannot use stated socket {}", socket.display()))?;
-            patched(current(&client, NAMESPACE).await?.as_deref(), &patches)?
+            let now = current(&client, NAMESPACE).await?;
+            let expected = now.as_ref().map_or(0, |(_, v)| *v);
+            (
+                patched(now.as_ref().map(|(t, _)| t.as_str()), &patches)?,
+                expected,
+            )
         }
     };
-    let r = request(text, change.how());
+    let r = request(text, change.how(), expected);
     let mut init = crate::services::connect(&target.init_socket)?;
     let reply = init
         .apply_configuration(ApplyRequest {
@@ -333,6 +345,7 @@ pub async fn run_sockets(
             dry_run: r.dry_run,
             try_timeout_ms: u64::try_from(change.how().timeout.as_millis()).unwrap_or(u64::MAX),
             maintenance: false,
+            expected_version: r.expected_version,
         })
         .await
         .map_err(|s| {

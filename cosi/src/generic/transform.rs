@@ -28,6 +28,12 @@ pub trait Transform: Send + Sync + 'static {
     /// processed), so the runtime retries with backoff and tears nothing down meanwhile.
     fn transform(&self, input: &Resource<Self::Input>) -> Result<Self::Output, ReconcileError>;
 
+    /// Annotations of the output for an input (default: none): what a reader of the output
+    /// needs to know of the input it was made from (its version, say).
+    fn annotations(&self, _input: &Resource<Self::Input>) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// Whether other controllers write the output type too (default: exclusive).
     fn output_kind(&self) -> OutputKind {
         OutputKind::Exclusive
@@ -59,7 +65,11 @@ impl<T: Transform> TransformController<T> {
                 continue;
             };
             match t.transform(input) {
-                Ok(spec) => outputs.push(Resource::new(t.output_namespace(), id, spec)),
+                Ok(spec) => {
+                    let mut out = Resource::new(t.output_namespace(), id, spec);
+                    out.metadata.annotations.extend(t.annotations(input));
+                    outputs.push(out);
+                }
                 Err(e) => {
                     tracing::debug!(input = %input.metadata.id, error = %crate::error::Chain(&e), "transform failed");
                     failed.get_or_insert(e);

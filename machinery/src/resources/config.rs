@@ -11,6 +11,23 @@ pub const NAMESPACE: &str = "config";
 pub const REDACTED_NAMESPACE: &str = "config-redacted";
 /// ID of the active machine configuration.
 pub const ACTIVE_ID: &str = "v1alpha1";
+/// The annotation of a redacted copy that holds the version of the configuration it was made
+/// from: what a client that read the copy sends back as `expected_version` when it applies a
+/// change of it (so that a change made in between is not undone).
+pub const SOURCE_VERSION_ANNOTATION: &str = "config.talos-rs.dev/source-version";
+
+/// The version of the configuration `r` holds: its own for one of `config`, the one it was
+/// made from for a redacted copy (`None` when the copy does not say: made by an older init).
+pub fn source_version(r: &MachineConfig) -> Option<u64> {
+    if r.metadata.namespace == REDACTED_NAMESPACE {
+        r.metadata
+            .annotations
+            .get(SOURCE_VERSION_ANNOTATION)
+            .and_then(|v| v.parse().ok())
+    } else {
+        Some(r.metadata.version)
+    }
+}
 
 /// The machine configuration as applied: the multi-document YAML text, validated before it was
 /// written. Sensitive (it carries keys).
