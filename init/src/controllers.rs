@@ -362,6 +362,52 @@ impl cosi::generic::Transform for Redact {
     }
 }
 
+/// The active configuration's `machine.type` → `config/MachineTypes/machine-type`.
+#[derive(Debug, Default)]
+pub struct MachineTypeOf;
+
+/// `config.MachineTypeController` (upstream's name).
+pub type MachineTypeController = cosi::generic::TransformController<MachineTypeOf>;
+
+impl cosi::generic::Transform for MachineTypeOf {
+    type Input = MachineConfigSpec;
+    type Output = machinery::resources::config::MachineTypeSpec;
+
+    fn name(&self) -> &'static str {
+        "config.MachineTypeController"
+    }
+
+    fn input_namespace(&self) -> &str {
+        machinery::resources::config::NAMESPACE
+    }
+
+    fn output_namespace(&self) -> &str {
+        machinery::resources::config::NAMESPACE
+    }
+
+    fn map_id(&self, input: &Resource<MachineConfigSpec>) -> Option<String> {
+        (input.metadata.id == machinery::resources::config::ACTIVE_ID)
+            .then(|| machinery::resources::config::MACHINE_TYPE_ID.to_string())
+    }
+
+    fn transform(
+        &self,
+        input: &Resource<MachineConfigSpec>,
+    ) -> Result<machinery::resources::config::MachineTypeSpec, ReconcileError> {
+        let config = machinery::config::Config::from_yaml(&input.spec.0).map_err(|e| {
+            ReconcileError::other(format!(
+                "the active MachineConfig does not decode ({} problems)",
+                e.errors.len()
+            ))
+        })?;
+        // Upstream's name for a configuration without a known type.
+        let name = config.machine_type().map_or("unknown", |t| t.as_str());
+        Ok(machinery::resources::config::MachineTypeSpec(
+            name.to_string(),
+        ))
+    }
+}
+
 /// `runtime.KernelModuleConfigController`: the `KernelModuleSpec`s of the node, one per module:
 /// those the image loads at boot (its `modules-load.d` files, read once; a VM's only: a
 /// container-mode node shares the host's kernel) and those of `machine.kernel.modules` (its

@@ -379,6 +379,9 @@ async fn boot(
     if manifest.namespaces.iter().any(|n| n.name == redacted) {
         register(runtime.register(controllers::RedactController::new(controllers::Redact)));
     }
+    register(runtime.register(controllers::MachineTypeController::new(
+        controllers::MachineTypeOf,
+    )));
     let network = machinery::resources::network::NAMESPACE;
     if manifest.namespaces.iter().any(|n| n.name == network) {
         match hostname::may_set(config.mode, config.own_uts) {
@@ -411,7 +414,10 @@ async fn boot(
 /// definition that reuses them (so nothing can make `talosctl get machineconfig` resolve to a
 /// planted type). Retried while stated does not answer.
 async fn define_types(client: &cosi::Client) {
-    let mut defs = vec![MachineConfigSpec::definition()];
+    let mut defs = vec![
+        MachineConfigSpec::definition(),
+        machinery::resources::config::MachineTypeSpec::definition(),
+    ];
     defs.extend(machinery::resources::runtime::definitions());
     if let Err(e) = client.define_types_retrying(&defs, "init").await {
         tracing::error!(error = %e, "cannot define the runtime and config types");

@@ -401,6 +401,50 @@ fn control_plane_extra_args_may_not_override_a_pinned_flag() {
 }
 
 #[test]
+fn authorization_by_flags_and_an_authorization_config_are_one_or_the_other() {
+    let api = "        image: registry.k8s.io/kube-apiserver:v1.33.1 # The container image used in the API server manifest.\n";
+    let config =
+        "        authorizationConfig:\n            - type: Webhook\n              name: webhook\n";
+    let both = CONTROLPLANE.replacen(
+        api,
+        &format!("        image: registry.k8s.io/kube-apiserver:v1.33.1\n        extraArgs:\n            authorization-mode: Webhook\n{config}"),
+        1,
+    );
+    assert_ne!(both, CONTROLPLANE, "the sample's apiServer section moved");
+    let errs = invalid(&both, ValidationMode::Metal);
+    assert_eq!(
+        paths(&errs),
+        ["cluster.apiServer.authorizationConfig"],
+        "{errs}"
+    );
+    // Either alone is valid; the configuration alone is said not to be applied.
+    let flags = CONTROLPLANE.replacen(
+        api,
+        "        image: registry.k8s.io/kube-apiserver:v1.33.1\n        extraArgs:\n            authorization-mode: Webhook\n",
+        1,
+    );
+    Config::from_yaml(&flags)
+        .unwrap()
+        .validate(ValidationMode::Metal)
+        .unwrap();
+    let alone = CONTROLPLANE.replacen(
+        api,
+        &format!("        image: registry.k8s.io/kube-apiserver:v1.33.1\n{config}"),
+        1,
+    );
+    let warnings = Config::from_yaml(&alone)
+        .unwrap()
+        .validate(ValidationMode::Metal)
+        .unwrap();
+    assert!(
+        warnings.iter().any(|w| w
+            .to_string()
+            .contains("cluster.apiServer.authorizationConfig")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
 fn kubelet_extra_args_and_config_may_not_touch_what_the_node_pins() {
     let text = CONTROLPLANE.replacen(
         "        defaultRuntimeSeccompProfileEnabled: true # Enable container runtime default Seccomp profile.\n",

@@ -15,7 +15,10 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use machinery::config::Config;
-use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
+use machinery::resources::config::{
+    MachineConfigSpec, MachineTypeSpec, ACTIVE_ID, MACHINE_TYPE_ID, NAMESPACE as CONFIG,
+    REDACTED_NAMESPACE,
+};
 use machinery::resources::etcd::{EtcdSpecSpec, EtcdStatusSpec, ETCD_ID, NAMESPACE as ETCD};
 use machinery::resources::k8s::{
     StaticPodSpec, APISERVER_ID, CONTROLLER_MANAGER_ID, NAMESPACE as K8S, SCHEDULER_ID,
@@ -78,12 +81,24 @@ where
     }
 }
 
+/// Whether the node is a control plane: its `MachineTypes/machine-type` (not sensitive, so
+/// an os:reader can run the checks), or for a node whose init does not write it yet, its
+/// configuration (which needs os:admin).
 async fn control_plane(n: &Node) -> Result<bool, String> {
+    match n
+        .state
+        .get_typed::<MachineTypeSpec>(CONFIG, MACHINE_TYPE_ID)
+        .await
+    {
+        Ok(t) => return Ok(t.spec.is_control_plane()),
+        Err(e) if e.is_not_found() || e.kind() == cosi::ErrorKind::PermissionDenied => {}
+        Err(e) => return Err(format!("{}: its machine type: {e}", n.label)),
+    }
     let c = n
         .state
         .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
         .await
-        .map_err(|e| format!("{}: its configuration: {e}", n.label))?;
+        .map_err(|e| format!("{}: its machine type and configuration: {e}", n.label))?;
     let config = Config::from_yaml(&c.spec.0).map_err(|e| format!("{}: {e}", n.label))?;
     Ok(config.machine_type().is_some_and(|t| t.is_control_plane()))
 }

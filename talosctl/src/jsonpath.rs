@@ -76,7 +76,12 @@ impl Template {
 fn parse_expr(expr: &str) -> Result<Vec<Step>, String> {
     let err = |what: &str| format!("{what} in expression {{{expr}}}");
     let mut s = expr.trim();
-    s = s.strip_prefix('$').unwrap_or(s);
+    // `$` is the root, `@` the current object: the same here (upstream's print columns use
+    // `{@}` for a spec that is a bare value, MachineTypes').
+    s = s
+        .strip_prefix('$')
+        .or_else(|| s.strip_prefix('@'))
+        .unwrap_or(s);
     if s.is_empty() || s == "." {
         return Ok(Vec::new());
     }
@@ -196,6 +201,8 @@ mod tests {
         assert_eq!(render("{.missing}", &v), "");
         assert_eq!(render("{.links[7].name}", &v), "");
         assert_eq!(render("{.hostname.deeper}", &v), "");
+        assert_eq!(render("{@}", &json!("controlplane")), "controlplane");
+        assert_eq!(render("{@.hostname}", &v), "talos-1");
     }
 
     #[test]

@@ -39,6 +39,16 @@ fn additive(component: &str) -> &'static [&'static str] {
     }
 }
 
+/// Whether `extra` sets kube-apiserver's authorization by flags (`authorization-mode` or an
+/// `authorization-webhook-*` flag): then, as upstream, the base authorizes with
+/// `--authorization-mode=Node,RBAC` (the user's modes are added after it) instead of
+/// `--authorization-config` (kube-apiserver refuses both at once).
+pub fn authorization_by_flags(extra: &BTreeMap<String, String>) -> bool {
+    extra
+        .keys()
+        .any(|k| k == "authorization-mode" || k.starts_with("authorization-webhook-"))
+}
+
 /// The base flags of `component` for `c`.
 pub fn base(component: &str, c: &ComponentConfig) -> BTreeMap<String, String> {
     let s = |k: &str, v: &str| (k.to_string(), v.to_string());
@@ -47,7 +57,13 @@ pub fn base(component: &str, c: &ComponentConfig) -> BTreeMap<String, String> {
         APISERVER_ID => {
             let sec = |f: &str| format!("{APISERVER_SECRETS}/{f}");
             let cfg = |f: &str| format!("{APISERVER_CONFIG}/{f}");
+            let authorization = if authorization_by_flags(&c.extra_args) {
+                s("authorization-mode", "Node,RBAC")
+            } else {
+                s("authorization-config", &cfg("authorization-config.yaml"))
+            };
             BTreeMap::from([
+                authorization,
                 s(
                     "admission-control-config-file",
                     &cfg("admission-control-config.yaml"),
@@ -60,7 +76,6 @@ pub fn base(component: &str, c: &ComponentConfig) -> BTreeMap<String, String> {
                 s("audit-log-maxsize", "100"),
                 s("audit-log-path", "/var/log/audit/kube/kube-apiserver.log"),
                 s("audit-policy-file", &cfg("auditpolicy.yaml")),
-                s("authorization-config", &cfg("authorization-config.yaml")),
                 s("bind-address", "0.0.0.0"),
                 s("client-ca-file", &sec("ca.crt")),
                 s("enable-admission-plugins", "NodeRestriction"),
@@ -159,8 +174,9 @@ pub fn base(component: &str, c: &ComponentConfig) -> BTreeMap<String, String> {
 }
 
 /// `base` merged with a user's `extra` flags, as upstream's argsbuilder: a key of `denied` is
-/// refused, a key of `additive` is joined with the base value (comma-separated, once each),
-/// any other overrides; rendered `--k=v`, sorted. Every kubernetes component and the kubelet
+/// refused, a key of `additive` is joined with the base value (upstream's `MergeAdditive`:
+/// comma-separated, each value trimmed, empty ones dropped, once each, the base's first), any
+/// other overrides; rendered `--k=v`, sorted. Every kubernetes component and the kubelet
 /// render their flags through it.
 ///
 /// # Errors
@@ -183,10 +199,10 @@ pub fn merge(
     for (k, v) in extra {
         match base.get_mut(k) {
             Some(b) if additive.contains(&k.as_str()) => {
-                let mut parts: Vec<String> = b.split(',').map(str::to_string).collect();
-                for p in v.split(',') {
-                    if !parts.iter().any(|x| x == p) {
-                        parts.push(p.to_string());
+                let mut parts: Vec<&str> = Vec::new();
+                for p in b.split(',').chain(v.split(',')).map(str::trim) {
+                    if !p.is_empty() && !parts.contains(&p) {
+                        parts.push(p);
                     }
                 }
                 *b = parts.join(",");
@@ -251,6 +267,43 @@ mod tests {
         assert!(args
             .contains(&"--enable-admission-plugins=NodeRestriction,PodNodeSelector".to_string()));
         assert!(args.contains(&"--profiling=true".to_string()));
+
+        // Authorization by flags: the user's modes follow upstream's Node,RBAC (not replace
+        // them), and the authorization configuration file is not given beside them.
+        for (mode, want) in [
+            ("Webhook", "Node,RBAC,Webhook"),
+            ("RBAC,Webhook", "Node,RBAC,Webhook"),
+            ("Webhook,Node", "Node,RBAC,Webhook"),
+            (" Webhook , ,ABAC", "Node,RBAC,Webhook,ABAC"),
+        ] {
+            let mut w = config();
+            w.extra_args
+                .insert("authorization-mode".into(), mode.into());
+            let args = render(APISERVER_ID, &w).unwrap();
+            assert!(
+                args.contains(&format!("--authorization-mode={want}")),
+                "{mode}: {args:?}"
+            );
+            assert!(
+                !args
+                    .iter()
+                    .any(|a| a.starts_with("--authorization-config=")),
+                "{args:?}"
+            );
+        }
+        let mut w = config();
+        w.extra_args.insert(
+            "authorization-webhook-config-file".into(),
+            "/etc/w.yaml".into(),
+        );
+        let args = render(APISERVER_ID, &w).unwrap();
+        assert!(args.contains(&"--authorization-mode=Node,RBAC".to_string()));
+        assert!(args.contains(&"--authorization-webhook-config-file=/etc/w.yaml".to_string()));
+        let plain = render(APISERVER_ID, &config()).unwrap();
+        assert!(plain
+            .iter()
+            .any(|a| a.starts_with("--authorization-config=")));
+        assert!(!plain.iter().any(|a| a.starts_with("--authorization-mode=")));
 
         c.extra_args
             .insert("etcd-servers".into(), "https://evil:2379".into());

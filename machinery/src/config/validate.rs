@@ -571,6 +571,26 @@ fn validate_cluster(cluster: &ClusterConfig, control_plane: bool, r: &mut Report
         }
     }
     if let Some(api) = &cluster.api_server {
+        if !api.authorization_config.is_empty() {
+            if api
+                .extra_args
+                .keys()
+                .any(|k| k == "authorization-mode" || k.starts_with("authorization-webhook-"))
+            {
+                // As upstream: kube-apiserver takes one or the other.
+                r.error(
+                    "cluster.apiServer.authorizationConfig",
+                    "authorizationConfig cannot be used together with the authorization-mode \
+                     or authorization-webhook-* extra args",
+                );
+            } else {
+                r.warn(
+                    "cluster.apiServer.authorizationConfig",
+                    "not applied by talos-rs: the authorization configuration file is not \
+                     rendered (kube-apiserver authorizes with Node and RBAC)",
+                );
+            }
+        }
         for (i, plugin) in api.admission_control.iter().enumerate() {
             if !is_set(&plugin.name) {
                 r.error(

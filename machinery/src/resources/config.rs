@@ -49,6 +49,34 @@ impl ResourceSpec for MachineConfigSpec {
 /// A `MachineConfig` resource.
 pub type MachineConfig = Resource<MachineConfigSpec>;
 
+/// ID of [`MachineTypeSpec`].
+pub const MACHINE_TYPE_ID: &str = "machine-type";
+
+/// The node's machine type (upstream's `MachineTypes.config.talos.dev`, ID `machine-type`):
+/// `controlplane`, `worker` or `init` (the spec is the bare name, as upstream's YAML). Not
+/// sensitive: what a reader needs to know which checks a node takes (`talosctl health`)
+/// without reading the configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MachineTypeSpec(pub String);
+
+impl ResourceSpec for MachineTypeSpec {
+    const TYPE: &'static str = "MachineTypes.config.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE).with_columns(&[("Type", "{@}")])
+    }
+}
+
+impl MachineTypeSpec {
+    /// Whether the node is a control plane (`controlplane`, or the legacy `init`).
+    pub fn is_control_plane(&self) -> bool {
+        crate::config::v1alpha1::MachineType::parse(&self.0)
+            .is_some_and(crate::config::v1alpha1::MachineType::is_control_plane)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,10 @@ use cosi::ResourceDefinition;
 /// Definitions of every typed resource this crate knows.
 pub fn definitions() -> Vec<ResourceDefinition> {
     use cosi::ResourceSpec;
-    let mut defs = vec![config::MachineConfigSpec::definition()];
+    let mut defs = vec![
+        config::MachineConfigSpec::definition(),
+        config::MachineTypeSpec::definition(),
+    ];
     defs.extend(runtime::definitions());
     defs.extend(block::definitions());
     defs.extend(network::definitions());
