@@ -147,6 +147,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
             .layer(
                 tower::ServiceBuilder::new()
+                    .layer(tls::FirstRequestLayer)
                     .layer(AuthzLayer::new(creds.client_cas.clone()))
                     .layer(ProxyLayer::new(peers)),
             )

@@ -44,6 +44,11 @@ async fn node() -> Node {
 /// A control plane `hostname` whose apid listens on `ip`:`port` and forwards to other nodes'
 /// `port`; every node of a test is made from the same bundle (one cluster).
 async fn node_at(ip: &str, hostname: &str, port: u16) -> Node {
+    node_with(ip, hostname, port, tls::Limits::default()).await
+}
+
+/// [`node_at`] with apid's connection `limits`.
+async fn node_with(ip: &str, hostname: &str, port: u16, limits: tls::Limits) -> Node {
     let harness = Harness::start().await;
     let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
     let stop_secretsd =
@@ -55,7 +60,7 @@ async fn node_at(ip: &str, hostname: &str, port: u16) -> Node {
         // No init here: the calls that need it say so.
         init_socket: harness.socket.with_file_name("no-init.sock"),
         listen: addr,
-        limits: tls::Limits::default(),
+        limits,
         peer_port: port,
     };
     tokio::spawn(async move { apid::run::run(config, || {}, rx).await.unwrap() });
@@ -114,6 +119,45 @@ impl Node {
 
     fn as_role(&self, role: &str) -> tonic::transport::Channel {
         self.channel(Some(self.identity(role)))
+    }
+
+    /// A channel of `role` whose connection comes from `source` (a loopback address), with a
+    /// 3 s bound on connecting and the handshake.
+    fn as_role_from(&self, role: &str, source: &str) -> tonic::transport::Channel {
+        let (c, k) = self.identity(role);
+        let config = Arc::new(tls::client_config(&[self.os_ca()], Some((&c, &k))).unwrap());
+        let source: std::net::IpAddr = source.parse().unwrap();
+        tls::channel_via(
+            self.addr,
+            &self.addr.ip().to_string(),
+            config,
+            Duration::from_secs(3),
+            move |addr| Box::pin(connect_from(source, addr)),
+        )
+        .unwrap()
+    }
+}
+
+/// A TCP connection to `addr` from `source`.
+async fn connect_from(
+    source: std::net::IpAddr,
+    addr: SocketAddr,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let s = tokio::net::TcpSocket::new_v4()?;
+    s.bind(SocketAddr::new(source, 0))?;
+    s.connect(addr).await
+}
+
+/// Whether the server closed `s` (a read ends or fails) within `within`.
+async fn closed(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut b = [0u8; 64];
+    loop {
+        match tokio::time::timeout(within, s.read(&mut b)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
     }
 }
 
@@ -967,4 +1011,111 @@ async fn a_watch_stops_handing_a_reader_a_type_made_sensitive_while_it_runs() {
     assert!(e.message().starts_with("not authorized"), "{}", e.message());
     // And the stream has ended.
     assert!(matches!(w.message().await, Ok(None) | Err(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_greedy_connections_of_one_address_keep_no_other_client_out() {
+    let port = shared_port();
+    let limits = tls::Limits {
+        handshake_timeout: Duration::from_secs(2),
+        first_request_timeout: Duration::from_secs(2),
+        ..tls::Limits::default()
+    };
+    let n = node_with("127.0.0.1", "cp-1", port, limits).await;
+    // An admin answered from its own address, before anything else.
+    MachineServiceClient::new(n.as_role_from("os:admin", "127.0.0.2"))
+        .version(())
+        .await
+        .unwrap();
+    // 400 silent TCP connections from one address: no certificate, not a byte sent.
+    let mut silent = Vec::new();
+    for _ in 0..400 {
+        silent.push(
+            connect_from("127.0.0.3".parse().unwrap(), n.addr)
+                .await
+                .unwrap(),
+        );
+    }
+    // Another client, from another address, still gets in (with a 3 s bound on connecting
+    // and its handshake: behind 256 silent connections it used to wait in the backlog).
+    MachineServiceClient::new(n.as_role_from("os:admin", "127.0.0.2"))
+        .version(())
+        .await
+        .expect("a client of another address is answered");
+    // All but the source's share were closed at once, and the rest once their handshake
+    // time passed.
+    let mut at_once = 0;
+    for s in &mut silent {
+        if closed(s, Duration::from_millis(50)).await {
+            at_once += 1;
+        }
+    }
+    assert!(
+        at_once >= 400 - limits.handshakes_per_source,
+        "{at_once} closed at once"
+    );
+    for s in &mut silent {
+        assert!(
+            closed(s, Duration::from_secs(10)).await,
+            "a silent connection stays open"
+        );
+    }
+    drop(silent);
+    // A client that completes its handshake and then says nothing (no HTTP/2 preface, no
+    // call) is closed once its first request is late.
+    let (c, k) = n.identity("os:admin");
+    let config = Arc::new(tls::client_config(&[n.os_ca()], Some((&c, &k))).unwrap());
+    let tcp = connect_from("127.0.0.4".parse().unwrap(), n.addr)
+        .await
+        .unwrap();
+    let mut mute = tls::tokio_rustls::TlsConnector::from(config)
+        .connect(
+            tls::rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .expect("the handshake completes");
+    {
+        use tokio::io::AsyncReadExt as _;
+        let mut b = [0u8; 256];
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), mute.read(&mut b)).await {
+                Ok(Ok(0) | Err(_)) => break,
+                Ok(Ok(_)) => assert!(Instant::now() < end, "never closed"),
+                Err(_) => panic!("a client that made no request is still connected"),
+            }
+        }
+    }
+    // Greedy: one address holds its share of connections (each with a call done), the next
+    // of that address is closed; another address is still answered.
+    let mut held = Vec::new();
+    for _ in 0..limits.per_source {
+        let ch = n.as_role_from("os:reader", "127.0.0.5");
+        MachineServiceClient::new(ch.clone())
+            .version(())
+            .await
+            .unwrap();
+        held.push(ch);
+    }
+    let e = MachineServiceClient::new(n.as_role_from("os:reader", "127.0.0.5"))
+        .version(())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled
+        ),
+        "{e:?}"
+    );
+    MachineServiceClient::new(n.as_role_from("os:admin", "127.0.0.2"))
+        .version(())
+        .await
+        .expect("another address is answered while one holds its share");
+    // The held connections still work: a share is not taken back.
+    MachineServiceClient::new(held[0].clone())
+        .version(())
+        .await
+        .unwrap();
 }

@@ -24,7 +24,8 @@ use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, Signatu
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
+pub use tokio_rustls;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::secrets::x509::{self, Certificate, PrivateKey};
@@ -363,20 +364,39 @@ impl rustls::client::danger::ServerCertVerifier for Pinned {
     }
 }
 
-/// Bounds of a server's connections.
+/// Bounds of a server's connections. Every stage of a connection is bounded (the TLS
+/// handshake, then the first request), each source address holds at most a share of the
+/// connections, and a client without a certificate a smaller one, so that silent or greedy
+/// clients of one address cannot keep the others out (stated's first-bytes guard and
+/// per-peer limits, over TCP).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Connections open at once; more wait in the kernel's backlog.
+    /// Connections open at once, in every stage; more are accepted and closed at once (not
+    /// left waiting in the kernel's backlog).
     pub max_connections: usize,
+    /// Connections one source address (an IPv4 address, an IPv6 /64) may hold, in every stage.
+    pub per_source: usize,
+    /// Of those, connections without a client certificate (the maintenance API, trustd's
+    /// joining nodes).
+    pub anonymous_per_source: usize,
+    /// Of those, connections still in their TLS handshake.
+    pub handshakes_per_source: usize,
     /// Time a client has to complete its handshake.
     pub handshake_timeout: Duration,
+    /// Time a client has, after its handshake, to send its first request (the HTTP/2 preface
+    /// and a call): a connection that sends nothing holds no slot for long.
+    pub first_request_timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: 256,
-            handshake_timeout: Duration::from_secs(10),
+            per_source: 16,
+            anonymous_per_source: 4,
+            handshakes_per_source: 4,
+            handshake_timeout: Duration::from_secs(5),
+            first_request_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -394,13 +414,173 @@ pub struct ConnectInfo {
     /// handshake rather than on every request; `Err` says why it does not parse; `None`
     /// without a client certificate.
     pub peer_organizations: Option<Arc<Result<Vec<String>, String>>>,
+    /// Set by [`FirstRequestLayer`] once a request came on the connection.
+    requested: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// One accepted TLS connection; holds its slot of [`Limits::max_connections`].
+impl ConnectInfo {
+    /// Whom the connection counts as for per-client shares: the client certificate's
+    /// fingerprint (sha256 of the leaf), or without one its source ([`source_of`]).
+    pub fn client_key(&self) -> String {
+        match self.peer_certificates.first() {
+            Some(leaf) => {
+                let digest = ring::digest::digest(&ring::digest::SHA256, leaf.as_ref());
+                let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+                format!("certificate {}", &hex[..16])
+            }
+            None => format!("address {}", source_of(self.remote.ip())),
+        }
+    }
+}
+
+/// The source a connection counts against: the IPv4 address, or the /64 of an IPv6 one (a
+/// host is given a whole /64; one address of it per connection would evade any per-address
+/// limit). An IPv4-mapped IPv6 address counts as the IPv4 one.
+pub fn source_of(ip: std::net::IpAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv6Addr};
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
+/// The counts behind [`Limits`]: per source, in which stage its connections are.
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    sources: std::collections::HashMap<std::net::IpAddr, SourceCount>,
+    refused: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct SourceCount {
+    open: usize,
+    handshaking: usize,
+    anonymous: usize,
+}
+
+/// The connection slots of one server.
+#[derive(Debug)]
+struct Gate {
+    limits: Limits,
+    counts: std::sync::Mutex<Counts>,
+}
+
+/// One connection's place in its [`Gate`]: released when the connection closes.
+#[derive(Debug)]
+struct Slot {
+    gate: Arc<Gate>,
+    source: std::net::IpAddr,
+    handshaking: bool,
+    anonymous: bool,
+}
+
+impl Gate {
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for a new connection from `ip`, in its handshake; `None` past a limit.
+    fn admit(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<Slot> {
+        let l = &self.limits;
+        let source = source_of(ip);
+        let mut c = self.counts();
+        let s = c.sources.get(&source).copied().unwrap_or_default();
+        let why = if c.total >= l.max_connections {
+            Some("the server holds its limit of connections")
+        } else if s.open >= l.per_source {
+            Some("the source holds its limit of connections")
+        } else if s.handshaking >= l.handshakes_per_source {
+            Some("the source holds its limit of connections in their handshake")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            c.refused += 1;
+            // Once, then every 1000th: a flood of refusals must not flood the log.
+            if c.refused % 1000 == 1 {
+                tracing::warn!(%source, open = s.open, total = c.total, refused = c.refused, "connection refused: {why}");
+            }
+            return None;
+        }
+        c.total += 1;
+        let e = c.sources.entry(source).or_default();
+        e.open += 1;
+        e.handshaking += 1;
+        drop(c);
+        Some(Slot {
+            gate: self.clone(),
+            source,
+            handshaking: true,
+            anonymous: false,
+        })
+    }
+}
+
+impl Slot {
+    /// The handshake is done: the connection counts as established, among the source's
+    /// anonymous ones without a client certificate. `false` past the anonymous share.
+    fn established(&mut self, anonymous: bool) -> bool {
+        let limit = self.gate.limits.anonymous_per_source;
+        let mut c = self.gate.counts();
+        let Some(s) = c.sources.get_mut(&self.source) else {
+            return false;
+        };
+        s.handshaking = s.handshaking.saturating_sub(1);
+        self.handshaking = false;
+        if anonymous {
+            if s.anonymous >= limit {
+                let source = self.source;
+                c.refused += 1;
+                if c.refused % 1000 == 1 {
+                    tracing::warn!(%source, "connection refused: the source holds its limit of connections without a client certificate");
+                }
+                return false;
+            }
+            s.anonymous += 1;
+            self.anonymous = true;
+        }
+        true
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut c = self.gate.counts();
+        c.total = c.total.saturating_sub(1);
+        let gone = match c.sources.get_mut(&self.source) {
+            Some(s) => {
+                s.open = s.open.saturating_sub(1);
+                if self.handshaking {
+                    s.handshaking = s.handshaking.saturating_sub(1);
+                }
+                if self.anonymous {
+                    s.anonymous = s.anonymous.saturating_sub(1);
+                }
+                s.open == 0
+            }
+            None => false,
+        };
+        if gone {
+            c.sources.remove(&self.source);
+        }
+    }
+}
+
+/// One accepted TLS connection; holds its slot of [`Limits`] until it closes. Until a first
+/// request came ([`FirstRequestLayer`]), a read fails once [`Limits::first_request_timeout`]
+/// has passed, which closes the connection.
 pub struct TlsConnection {
     stream: tokio_rustls::server::TlsStream<TcpStream>,
     info: ConnectInfo,
-    _slot: OwnedSemaphorePermit,
+    first_request: Option<Pin<Box<tokio::time::Sleep>>>,
+    _slot: Slot,
 }
 
 impl AsyncRead for TlsConnection {
@@ -409,7 +589,24 @@ impl AsyncRead for TlsConnection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if let Some(deadline) = this.first_request.as_mut() {
+            if this
+                .info
+                .requested
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                this.first_request = None;
+            } else if r.is_pending() && std::future::Future::poll(deadline.as_mut(), cx).is_ready()
+            {
+                return Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client made no request after its handshake",
+                )));
+            }
+        }
+        r
     }
 }
 
@@ -451,29 +648,81 @@ impl tonic::transport::server::Connected for TlsConnection {
     }
 }
 
-/// The TLS connections of `listener`, for tonic's `serve_with_incoming`. Handshakes run
-/// concurrently, each within [`Limits::handshake_timeout`]; a failed one is logged at debug
-/// level and dropped (a TLS 1.2 client, a client without an accepted certificate, a port scan).
+/// The layer that tells a connection a request came on it (every server of [`incoming`]
+/// connections needs it outermost: without it every connection closes after
+/// [`Limits::first_request_timeout`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FirstRequestLayer;
+
+impl<S> tower::Layer<S> for FirstRequestLayer {
+    type Service = FirstRequest<S>;
+
+    fn layer(&self, inner: S) -> FirstRequest<S> {
+        FirstRequest { inner }
+    }
+}
+
+/// See [`FirstRequestLayer`].
+#[derive(Clone, Debug)]
+pub struct FirstRequest<S> {
+    inner: S,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for FirstRequest<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if let Some(i) = req.extensions().get::<ConnectInfo>() {
+            i.requested
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.call(req)
+    }
+}
+
+/// The TLS connections of `listener`, for tonic's `serve_with_incoming` (with
+/// [`FirstRequestLayer`]). Every connection is accepted at once (none waits in the backlog);
+/// one past a limit of [`Limits`] is closed at once. Handshakes run concurrently, each within
+/// [`Limits::handshake_timeout`]; a failed one is logged at debug level and dropped (a TLS
+/// 1.2 client, a client without an accepted certificate, a port scan).
 pub fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
     limits: Limits,
 ) -> ReceiverStream<std::io::Result<TlsConnection>> {
     let (tx, rx) = mpsc::channel(16);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let gate = Arc::new(Gate {
+        limits,
+        counts: std::sync::Mutex::default(),
+    });
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     tokio::spawn(async move {
         loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
-            };
             let (tcp, remote) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
+                    // Out of fds, or a connection reset before accept: keep serving (a short
+                    // pause so that EMFILE does not spin).
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
+            };
+            if tx.is_closed() {
+                return;
+            }
+            let Some(mut slot) = gate.admit(remote.ip()) else {
+                drop(tcp);
+                continue;
             };
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
@@ -487,6 +736,9 @@ pub fn incoming(
                             .peer_certificates()
                             .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
                             .unwrap_or_default();
+                        if !slot.established(peer_certificates.is_empty()) {
+                            return;
+                        }
                         let peer_organizations = peer_certificates.first().map(|leaf| {
                             Arc::new(
                                 crate::secrets::x509::Certificate::from_der(leaf.as_ref())
@@ -501,7 +753,11 @@ pub fn incoming(
                                 remote,
                                 peer_certificates,
                                 peer_organizations,
+                                requested: Arc::default(),
                             },
+                            first_request: Some(Box::pin(tokio::time::sleep(
+                                limits.first_request_timeout,
+                            ))),
                             _slot: slot,
                         };
                         let _ = conn_tx.send(Ok(conn)).await;
@@ -510,9 +766,6 @@ pub fn incoming(
                     Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
                 }
             });
-            if tx.is_closed() {
-                return;
-            }
         }
     });
     ReceiverStream::new(rx)

@@ -113,6 +113,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
             .timeout(Duration::from_secs(30))
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .layer(tls::FirstRequestLayer)
             .add_service(service)
             .serve_with_incoming_shutdown(
                 tls::incoming(listener, server_config, config.limits),
