@@ -164,6 +164,19 @@ pub fn authorize(method: &str, roles: &Roles) -> Result<(), Status> {
     )))
 }
 
+/// Who is calling, for fair shares ([`crate::share`]): one client certificate, or without one
+/// the caller's address; whether it may write (os:admin, os:operator) and whether it has no
+/// certificate. In every request's extensions (put there by [`AuthzLayer`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The certificate's fingerprint, or the address (`ConnectInfo::client_key`).
+    pub key: String,
+    /// os:admin or os:operator: gets the part of every share kept for admins.
+    pub admin: bool,
+    /// No client certificate (the maintenance API): a smaller share.
+    pub anonymous: bool,
+}
+
 /// The method a client without a certificate may call in maintenance beside the reader's.
 pub const MAINTENANCE_APPLY: &str = "/machine.MachineService/ApplyConfiguration";
 
@@ -259,6 +272,12 @@ where
         };
         match checked {
             Ok(roles) => {
+                let who = Caller {
+                    key: info.map_or_else(|| "unknown".to_string(), ConnectInfo::client_key),
+                    admin: roles.any_of(&[ADMIN, OPERATOR]),
+                    anonymous,
+                };
+                req.extensions_mut().insert(Arc::new(who));
                 req.extensions_mut().insert(Arc::new(roles));
                 if maintenance {
                     req.extensions_mut().insert(Maintenance);
@@ -277,6 +296,18 @@ where
             }
         }
     }
+}
+
+/// Who the caller is, as [`AuthzLayer`] found it.
+///
+/// # Errors
+///
+/// UNAUTHENTICATED when the layer did not run (a bug).
+pub fn who<T>(req: &tonic::Request<T>) -> Result<Arc<Caller>, Status> {
+    req.extensions()
+        .get::<Arc<Caller>>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("the caller is unknown"))
 }
 
 /// The caller's roles, as [`AuthzLayer`] found them.

@@ -14,6 +14,7 @@ use proto::machine::{
 use tonic::Status;
 
 use crate::request::unavailable;
+use crate::share::Share;
 
 /// k8sd's view of etcd on this node, or why there is none.
 async fn status(client: &cosi::Client) -> Result<EtcdStatusSpec, Status> {
@@ -88,8 +89,6 @@ pub async fn member_status(client: &cosi::Client) -> Result<EtcdStatus, Status> 
 
 /// The owner of the operation requests apid writes.
 const OPERATION_OWNER: &str = "apid.EtcdOperation";
-/// One etcd operation at a time: callers cannot pile requests up in stated.
-static IN_FLIGHT: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// How long k8sd has to answer `operation` (a defragmentation rewrites the database; a leave
 /// waits for etcd to stop and its data to be removed).
@@ -118,16 +117,16 @@ pub fn status_of(answer: &EtcdOperationAnswerSpec) -> Result<(), Status> {
     }
 }
 
-/// The slot of the one etcd operation apid runs at a time, on a configured node.
+/// Checks that the node is configured before an etcd operation runs under `share` (one of the
+/// caller's [`crate::share::Pool::etcd`]: operations in progress are bounded per client, and a
+/// part is kept for admins, so callers cannot pile requests up in stated and a reader looping
+/// on one never keeps an admin's out).
 ///
 /// # Errors
 ///
-/// `ResourceExhausted` while another runs; `FailedPrecondition` in maintenance;
-/// `Unavailable` without stated.
-async fn begin(client: &cosi::Client) -> Result<tokio::sync::SemaphorePermit<'static>, Status> {
-    let permit = IN_FLIGHT.try_acquire().map_err(|_| {
-        Status::resource_exhausted("an etcd operation is being answered: try again")
-    })?;
+/// `FailedPrecondition` in maintenance; `Unavailable` without stated.
+async fn begin(client: &cosi::Client, share: Share) -> Result<Share, Status> {
+    let permit = share;
     match client
         .get_typed::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
         .await
@@ -151,10 +150,11 @@ async fn begin(client: &cosi::Client) -> Result<tokio::sync::SemaphorePermit<'st
 /// k8sd does not answer in time.
 pub async fn operation(
     client: &cosi::Client,
+    share: Share,
     operation: &str,
     member_id: u64,
 ) -> Result<EtcdOperationAnswerSpec, Status> {
-    let _permit = begin(client).await?;
+    let _permit = begin(client, share).await?;
     let request = crate::request::Pending::create(
         client,
         OPERATION_OWNER,
@@ -206,7 +206,7 @@ struct SnapshotStream {
     request: crate::request::Pending,
     /// The next chunk expected.
     next: u64,
-    _permit: tokio::sync::SemaphorePermit<'static>,
+    _permit: Share,
 }
 
 impl SnapshotStream {
@@ -269,11 +269,12 @@ impl SnapshotStream {
 /// status.
 pub async fn snapshot(
     client: &cosi::Client,
+    share: Share,
 ) -> Result<
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::common::Data, Status>> + Send>>,
     Status,
 > {
-    let permit = begin(client).await?;
+    let permit = begin(client, share).await?;
     let request = crate::request::Pending::create(
         client,
         OPERATION_OWNER,
@@ -330,12 +331,13 @@ const RECOVER_OWNER: &str = "apid.EtcdRecover";
 /// operation runs; `DeadlineExceeded` when the client or k8sd stalls.
 pub async fn recover(
     client: &cosi::Client,
+    share: Share,
     mut upload: tonic::Streaming<proto::common::Data>,
 ) -> Result<u64, Status> {
     use base64::Engine as _;
     use machinery::resources::apid::EtcdRecoverChunkSpec;
     use machinery::resources::etcd::{EtcdRecoverAckSpec, EtcdSpecSpec, MAX_RECOVER_BYTES};
-    let _permit = begin(client).await?;
+    let _permit = begin(client, share).await?;
     match client.get_typed::<EtcdSpecSpec>(NAMESPACE, ETCD_ID).await {
         Ok(_) => {}
         Err(e) if e.is_not_found() => {

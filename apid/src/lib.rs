@@ -10,6 +10,7 @@
 //! - [`audit`]: `talosrs.audit.AuditService` (ours): every daemon's observed sandbox;
 //! - [`proxy`]: forwarding to other nodes (`node`, `nodes` metadata), as upstream's director;
 //! - [`controller`]: the serving certificate and accepted CAs, from secretsd's resources;
+//! - [`share`]: fair shares of watches, etcd operations and followed logs among clients;
 //! - [`run`]: the daemon.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -25,5 +26,6 @@ pub mod machine;
 pub mod proxy;
 pub mod request;
 pub mod run;
+pub mod share;
 pub mod state;
 pub mod storage;

@@ -44,16 +44,37 @@ pub struct Machine {
     init: InitClient<Channel>,
     client: cosi::Client,
     generator: std::sync::Arc<crate::client_config::Generator>,
+    pool: crate::share::Pool,
 }
 
 impl Machine {
-    /// The service over init's control socket and stated.
-    pub fn new(init: Channel, client: cosi::Client) -> Self {
+    /// The service over init's control socket and stated; what callers hold is shared among
+    /// them from `pool`.
+    pub fn new(init: Channel, client: cosi::Client, pool: crate::share::Pool) -> Self {
         Self {
             init: InitClient::new(init),
             generator: std::sync::Arc::new(crate::client_config::Generator::new(client.clone())),
             client,
+            pool,
         }
+    }
+
+    /// The caller's share of the etcd operations in progress.
+    fn etcd_share<T>(&self, req: &Request<T>) -> Result<crate::share::Share, Status> {
+        self.pool.etcd.take(&*crate::auth::who(req)?)
+    }
+
+    /// The caller's share of the followed logs, when `follow` (a log read to its end holds
+    /// nothing for long).
+    fn follow_share<T>(
+        &self,
+        req: &Request<T>,
+        follow: bool,
+    ) -> Result<Option<crate::share::Share>, Status> {
+        if !follow {
+            return Ok(None);
+        }
+        self.pool.follows.take(&*crate::auth::who(req)?).map(Some)
     }
 }
 
@@ -216,8 +237,9 @@ impl MachineService for Machine {
         &self,
         req: Request<EtcdRemoveMemberByIdRequest>,
     ) -> Result<Response<EtcdRemoveMemberByIdResponse>, Status> {
+        let share = self.etcd_share(&req)?;
         let id = req.into_inner().member_id;
-        crate::etcd::operation(&self.client, "remove-member", id).await?;
+        crate::etcd::operation(&self.client, share, "remove-member", id).await?;
         Ok(Response::new(EtcdRemoveMemberByIdResponse {
             messages: vec![EtcdRemoveMemberById { metadata: None }],
         }))
@@ -226,9 +248,9 @@ impl MachineService for Machine {
     /// This node leaves the etcd cluster: its member removed, etcd stopped, its data removed.
     async fn etcd_leave_cluster(
         &self,
-        _: Request<EtcdLeaveClusterRequest>,
+        req: Request<EtcdLeaveClusterRequest>,
     ) -> Result<Response<EtcdLeaveClusterResponse>, Status> {
-        crate::etcd::operation(&self.client, "leave", 0).await?;
+        crate::etcd::operation(&self.client, self.etcd_share(&req)?, "leave", 0).await?;
         Ok(Response::new(EtcdLeaveClusterResponse {
             messages: vec![EtcdLeaveCluster { metadata: None }],
         }))
@@ -237,9 +259,15 @@ impl MachineService for Machine {
     /// Moves the leadership away from this member when it leads; names the new leader.
     async fn etcd_forfeit_leadership(
         &self,
-        _: Request<EtcdForfeitLeadershipRequest>,
+        req: Request<EtcdForfeitLeadershipRequest>,
     ) -> Result<Response<EtcdForfeitLeadershipResponse>, Status> {
-        let a = crate::etcd::operation(&self.client, "forfeit-leadership", 0).await?;
+        let a = crate::etcd::operation(
+            &self.client,
+            self.etcd_share(&req)?,
+            "forfeit-leadership",
+            0,
+        )
+        .await?;
         Ok(Response::new(EtcdForfeitLeadershipResponse {
             messages: vec![EtcdForfeitLeadership {
                 metadata: None,
@@ -251,9 +279,10 @@ impl MachineService for Machine {
     /// The alarms the local member knows.
     async fn etcd_alarm_list(
         &self,
-        _: Request<()>,
+        req: Request<()>,
     ) -> Result<Response<EtcdAlarmListResponse>, Status> {
-        let a = crate::etcd::operation(&self.client, "alarm-list", 0).await?;
+        let a =
+            crate::etcd::operation(&self.client, self.etcd_share(&req)?, "alarm-list", 0).await?;
         Ok(Response::new(EtcdAlarmListResponse {
             messages: vec![EtcdAlarm {
                 metadata: None,
@@ -265,9 +294,10 @@ impl MachineService for Machine {
     /// Disarms every raised alarm; lists those disarmed.
     async fn etcd_alarm_disarm(
         &self,
-        _: Request<()>,
+        req: Request<()>,
     ) -> Result<Response<EtcdAlarmDisarmResponse>, Status> {
-        let a = crate::etcd::operation(&self.client, "alarm-disarm", 0).await?;
+        let a =
+            crate::etcd::operation(&self.client, self.etcd_share(&req)?, "alarm-disarm", 0).await?;
         Ok(Response::new(EtcdAlarmDisarmResponse {
             messages: vec![EtcdAlarmDisarm {
                 metadata: None,
@@ -279,9 +309,9 @@ impl MachineService for Machine {
     /// Defragments the local member's database.
     async fn etcd_defragment(
         &self,
-        _: Request<()>,
+        req: Request<()>,
     ) -> Result<Response<EtcdDefragmentResponse>, Status> {
-        crate::etcd::operation(&self.client, "defragment", 0).await?;
+        crate::etcd::operation(&self.client, self.etcd_share(&req)?, "defragment", 0).await?;
         Ok(Response::new(EtcdDefragmentResponse {
             messages: vec![EtcdDefragment { metadata: None }],
         }))
@@ -405,6 +435,7 @@ impl MachineService for Machine {
     /// A daemon's or service's output, one `Data` per line (with its newline). Container logs
     /// (`k8s.io`, the CRI driver) do not exist on a talos-rs node yet.
     async fn logs(&self, req: Request<LogsRequest>) -> Result<Response<Self::LogsStream>, Status> {
+        let share = self.follow_share(&req, req.get_ref().follow)?;
         let r = req.into_inner();
         if r.driver == proto::common::ContainerDriver::Cri as i32 || r.namespace == "k8s.io" {
             return Err(Status::unimplemented(
@@ -433,7 +464,11 @@ impl MachineService for Machine {
             })
             .map_err(from_init)
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(crate::share::stall_bounded(
+            Box::pin(stream),
+            share,
+            crate::share::STALL,
+        )))
     }
 
     /// The node's mounted filesystems, measured by init (root, the node's mount namespace).
@@ -477,7 +512,8 @@ impl MachineService for Machine {
         &self,
         req: Request<tonic::Streaming<Data>>,
     ) -> Result<Response<EtcdRecoverResponse>, Status> {
-        crate::etcd::recover(&self.client, req.into_inner()).await?;
+        let share = self.etcd_share(&req)?;
+        crate::etcd::recover(&self.client, share, req.into_inner()).await?;
         Ok(Response::new(EtcdRecoverResponse {
             messages: vec![EtcdRecover { metadata: None }],
         }))
@@ -486,9 +522,17 @@ impl MachineService for Machine {
     /// The local etcd member's snapshot, streamed by k8sd through stated ([`crate::etcd`]).
     async fn etcd_snapshot(
         &self,
-        _: Request<EtcdSnapshotRequest>,
+        req: Request<EtcdSnapshotRequest>,
     ) -> Result<Response<Self::EtcdSnapshotStream>, Status> {
-        Ok(Response::new(crate::etcd::snapshot(&self.client).await?))
+        // The share is held by the stream: a client that stops reading loses it after
+        // `STALL` (k8sd's snapshot then ends: apid acknowledges no more chunks).
+        let share = self.etcd_share(&req)?;
+        let stream = crate::etcd::snapshot(&self.client, share).await?;
+        Ok(Response::new(crate::share::stall_bounded(
+            stream,
+            (),
+            crate::share::STALL,
+        )))
     }
 
     /// An admin kubeconfig (tar.gz of one file `kubeconfig`), its certificate signed by
@@ -508,6 +552,7 @@ impl MachineService for Machine {
         &self,
         req: Request<DmesgRequest>,
     ) -> Result<Response<Self::DmesgStream>, Status> {
+        let share = self.follow_share(&req, req.get_ref().follow)?;
         let r = req.into_inner();
         let stream = self
             .init
@@ -539,7 +584,11 @@ impl MachineService for Machine {
                 })
                 .map_err(from_init)
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(crate::share::stall_bounded(
+            Box::pin(stream),
+            share,
+            crate::share::STALL,
+        )))
     }
 
     async fn reboot(&self, _: Request<RebootRequest>) -> Result<Response<RebootResponse>, Status> {

@@ -114,10 +114,12 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
         creds.server.clone(),
         Some(creds.client_cas.clone()),
     )?);
+    let pool = crate::share::Pool::default();
     let state = StateServer::new(ReadOnlyState::new(
         cosi::unix_channel(&config.socket),
         client.clone(),
         catalog,
+        pool.clone(),
     ))
     .max_decoding_message_size(MAX_REQUEST)
     .max_encoding_message_size(cosi::client::MAX_MESSAGE);
@@ -127,6 +129,7 @@ pub async fn run(config: Config, ready: impl FnOnce(), shutdown: impl Future) ->
     let machine = MachineServiceServer::new(Machine::new(
         cosi::unix_channel(&config.init_socket),
         client,
+        pool,
     ))
     .max_decoding_message_size(MAX_REQUEST)
     .max_encoding_message_size(cosi::client::MAX_MESSAGE);

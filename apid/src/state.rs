@@ -129,14 +129,22 @@ pub struct ReadOnlyState {
     /// For a type or namespace the catalog has not seen yet (just defined).
     client: cosi::Client,
     catalog: Catalog,
+    /// Open watches are shared fairly among clients.
+    pool: crate::share::Pool,
 }
 
 type Streamed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 impl ReadOnlyState {
     /// The service over stated's `channel`.
-    pub fn new(channel: Channel, client: cosi::Client, catalog: Catalog) -> Self {
+    pub fn new(
+        channel: Channel,
+        client: cosi::Client,
+        catalog: Catalog,
+        pool: crate::share::Pool,
+    ) -> Self {
         Self {
+            pool,
             stated: StateClient::new(channel)
                 .max_decoding_message_size(cosi::client::MAX_MESSAGE)
                 .max_encoding_message_size(cosi::client::MAX_MESSAGE),
@@ -278,6 +286,9 @@ impl State for ReadOnlyState {
         );
         self.check(&req, &ns, &ty).await?;
         let roles = caller(&req)?;
+        // Each watch is one of apid's at stated: a client holds its share of them, and a
+        // watch its client stops reading is ended (stated's is released with it).
+        let share = self.pool.watches.take(&*crate::auth::who(&req)?)?;
         let stream = self
             .stated
             .clone()
@@ -305,7 +316,11 @@ impl State for ReadOnlyState {
                 refused |= matches!(r, Err(s) if s.code() == tonic::Code::PermissionDenied);
                 std::future::ready(go)
             });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(crate::share::stall_bounded(
+            Box::pin(stream),
+            share,
+            crate::share::STALL,
+        )))
     }
 
     async fn create(&self, _: Request<CreateRequest>) -> Result<Response<CreateResponse>, Status> {

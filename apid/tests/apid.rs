@@ -1119,3 +1119,72 @@ async fn silent_and_greedy_connections_of_one_address_keep_no_other_client_out()
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_holds_its_share_and_never_keeps_an_admin_out() {
+    let n = node().await;
+    // A configured node (the harness wrote its configuration); no k8sd here, so an etcd
+    // operation waits for its answer: it holds its slot as long as a slow k8sd would.
+    let reader = n.as_role("os:reader");
+    let looping = tokio::spawn({
+        let reader = reader.clone();
+        async move {
+            MachineServiceClient::new(reader)
+                .etcd_alarm_list(())
+                .await
+                .map(drop)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The reader's second call waits for its first.
+    let e = MachineServiceClient::new(reader.clone())
+        .etcd_alarm_list(())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("its share"), "{}", e.message());
+    // An admin's operation is not refused: it is sent to k8sd (which, absent, never answers
+    // within the client's 2 s).
+    let mut defrag = tonic::Request::new(());
+    defrag.set_timeout(Duration::from_secs(2));
+    let e = MachineServiceClient::new(n.as_role("os:admin"))
+        .etcd_defragment(defrag)
+        .await
+        .unwrap_err();
+    assert_ne!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{e:?}"
+    );
+    looping.abort();
+
+    // Watches: a client certificate holds its share (64); another reader still gets one, and
+    // an admin one of those kept for admins.
+    let ns = "network";
+    let w = |ch: &tonic::transport::Channel| {
+        let mut c = StateClient::new(ch.clone());
+        async move { c.watch(watch_of(ns, NODE_ADDRESSES)).await }
+    };
+    // 64 streams per connection: the share on two connections of one certificate.
+    let identity = n.identity("os:reader");
+    let one = n.channel(Some(identity.clone()));
+    let two = n.channel(Some(identity));
+    let mut open = Vec::new();
+    for i in 0..64 {
+        let ch = if i < 32 { &one } else { &two };
+        open.push(w(ch).await.unwrap().into_inner());
+    }
+    let e = w(&two).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("its share"), "{}", e.message());
+    w(&n.as_role("os:reader")).await.expect("another reader");
+    w(&n.as_role("os:admin")).await.expect("an admin");
+    // A watch closed gives its place back.
+    open.pop();
+    let end = Instant::now() + T;
+    while let Err(e) = w(&two).await {
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        assert!(Instant::now() < end, "the share never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -40,10 +40,21 @@ pub struct Control {
     /// Slots of the streams that stay open (a followed log, the kernel log): each holds a task
     /// and, for the kernel log, a file descriptor of init's, so their number is bounded.
     streams: Arc<tokio::sync::Semaphore>,
+    /// Of those, the ones the delegate (apid, for every client on the network) may hold: the
+    /// rest stays root's, so that a node's own administrator can always follow a log.
+    delegate_streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// Streams open at once ([`Control`]'s `streams`): followed logs and kernel logs together.
 pub const MAX_OPEN_STREAMS: usize = 64;
+/// Of [`MAX_OPEN_STREAMS`], what the delegate may hold (apid shares them among its clients).
+pub const DELEGATE_STREAMS: usize = 48;
+
+/// A stream's slot: one of all, and for the delegate one of its part.
+pub struct StreamSlot {
+    _all: tokio::sync::OwnedSemaphorePermit,
+    _delegate: Option<tokio::sync::OwnedSemaphorePermit>,
+}
 
 impl Control {
     /// The API; power requests go to `power`; `delegate` (a daemon's name and uid) may call it
@@ -60,6 +71,7 @@ impl Control {
             delegate,
             applier,
             streams: Arc::new(tokio::sync::Semaphore::new(MAX_OPEN_STREAMS)),
+            delegate_streams: Arc::new(tokio::sync::Semaphore::new(DELEGATE_STREAMS)),
         }
     }
 
@@ -85,13 +97,37 @@ impl Control {
         }
     }
 
-    /// A slot for a stream that stays open, or RESOURCE_EXHAUSTED.
-    fn stream_slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
-        self.streams.clone().try_acquire_owned().map_err(|_| {
+    /// A slot for a stream that stays open, or RESOURCE_EXHAUSTED: the delegate takes one of
+    /// its [`DELEGATE_STREAMS`] too.
+    fn stream_slot<T>(&self, req: &Request<T>) -> Result<StreamSlot, Status> {
+        let uid = req
+            .extensions()
+            .get::<UdsConnectInfo>()
+            .and_then(|i| i.peer_cred)
+            .map(|c| c.uid());
+        let delegate = match (uid, &self.delegate) {
+            (Some(0), _) | (None, _) | (_, None) => None,
+            (Some(_), Some((name, _))) => Some(
+                self.delegate_streams
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| {
+                        Status::resource_exhausted(format!(
+                            "{name} holds its {DELEGATE_STREAMS} followed logs and kernel logs \
+                             on init's control socket: close some first"
+                        ))
+                    })?,
+            ),
+        };
+        let all = self.streams.clone().try_acquire_owned().map_err(|_| {
             Status::resource_exhausted(format!(
                 "{MAX_OPEN_STREAMS} followed logs and kernel logs are open on init's control \
                  socket: close some first"
             ))
+        })?;
+        Ok(StreamSlot {
+            _all: all,
+            _delegate: delegate,
         })
     }
 }
@@ -174,6 +210,11 @@ impl Init for Control {
 
     async fn logs(&self, req: Request<LogsRequest>) -> Result<Response<LogStream>, Status> {
         self.admin(&req)?;
+        let slot = if req.get_ref().follow {
+            Some(self.stream_slot(&req)?)
+        } else {
+            None
+        };
         let r = req.into_inner();
         let unit = self
             .supervisor
@@ -185,11 +226,6 @@ impl Init for Control {
         let mut last = tail.last().map(|l| l.seq);
         let (tx, out) = mpsc::channel::<Result<LogLine, Status>>(64);
         let follow = r.follow;
-        let slot = if follow {
-            Some(self.stream_slot()?)
-        } else {
-            None
-        };
         tokio::spawn(async move {
             let _slot = slot;
             for l in tail {
@@ -242,7 +278,7 @@ impl Init for Control {
     /// says so (FailedPrecondition).
     async fn dmesg(&self, req: Request<DmesgRequest>) -> Result<Response<LogStream>, Status> {
         self.admin(&req)?;
-        let slot = self.stream_slot()?;
+        let slot = self.stream_slot(&req)?;
         let r = req.into_inner();
         let records = crate::kmsg::read(Path::new(crate::kmsg::KMSG), r.follow, r.tail).map_err(
             |e| match e {

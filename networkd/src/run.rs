@@ -101,4 +101,24 @@ mod tests {
         assert!(result.is_ok(), "{result:?}");
         assert!(!ready.load(std::sync::atomic::Ordering::SeqCst));
     }
+
+    #[test]
+    fn every_name_of_networkd_s_types_names_one_type_of_the_node() {
+        // stated refuses a definition that takes another type's name: networkd's would be
+        // left undefined (the acronym `dhcpl` was both DHCP leases').
+        let mut seen = std::collections::BTreeMap::new();
+        let mut both = Vec::new();
+        let ours = super::definitions();
+        let mut all = machinery::resources::definitions();
+        all.retain(|d| !ours.iter().any(|o| o.resource_type == d.resource_type));
+        all.extend(ours);
+        for d in all {
+            for n in d.names() {
+                if let Some(other) = seen.insert(n.clone(), d.resource_type.clone()) {
+                    both.push(format!("{n}: {other} {}", d.resource_type));
+                }
+            }
+        }
+        assert!(both.is_empty(), "{both:#?}");
+    }
 }

@@ -281,3 +281,148 @@ async fn a_node_without_config_serves_the_maintenance_api_until_insecure_apply_c
         .await;
     assert!(kept.as_ref().is_err_and(|e| e.is_not_found()), "{kept:?}");
 }
+
+/// A channel without a certificate (the server pinned) to apid at `addr` in the node's
+/// network namespace: a connection to 127.0.0.1 comes from 127.0.0.1, one to an address of
+/// the node's link from that address.
+fn anonymous_to(node: &Node, addr: &str, fp: &str) -> Channel {
+    let addr: SocketAddr = addr.parse().unwrap();
+    tls::channel_via(
+        addr,
+        &addr.ip().to_string(),
+        Arc::new(tls::pinned_client_config(&[fp.to_string()]).unwrap()),
+        Duration::from_secs(5),
+        node.dial(),
+    )
+    .unwrap()
+}
+
+fn follow(id: &str) -> proto::machine::LogsRequest {
+    proto::machine::LogsRequest {
+        id: id.into(),
+        follow: true,
+        tail_lines: 1,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_anonymous_caller_cannot_keep_the_operator_out_of_maintenance() {
+    if !testkit::require_root("a node switches uids and makes namespaces") {
+        return;
+    }
+    let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
+    let node = Node::builder().start();
+    node.wait_healthy(
+        &["stated", "networkd", "blockd", "secretsd", "trustd", "apid"],
+        T,
+    )
+    .await;
+    let fp = logged_fingerprint(&node).await;
+    // The operator's address: the node's link (maintenance: no configuration, no DHCP here).
+    node.in_netns(&[
+        "ip", "link", "add", "tap0", "type", "veth", "peer", "name", "tap1",
+    ]);
+    node.in_netns(&["ip", "addr", "add", "172.20.96.2/24", "dev", "tap0"]);
+    node.in_netns(&["ip", "link", "set", "tap0", "up"]);
+    let end = Instant::now() + T;
+    while let Err(e) = MachineServiceClient::new(anonymous_to(&node, API, &fp))
+        .version(())
+        .await
+    {
+        assert!(Instant::now() < end, "maintenance Version: {e:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // A greedy anonymous caller (127.0.0.1): every connection it may have, each with every
+    // followed log and watch it may open. Its shares end short of the node's.
+    let mut held = Vec::new();
+    let mut conns = Vec::new();
+    for _ in 0..6 {
+        let ch = anonymous_to(&node, API, &fp);
+        match MachineServiceClient::new(ch.clone()).version(()).await {
+            Ok(_) => conns.push(ch),
+            Err(e) => assert!(
+                matches!(
+                    e.code(),
+                    Code::Unavailable | Code::Unknown | Code::Cancelled
+                ),
+                "{e:?}"
+            ),
+        }
+    }
+    assert_eq!(
+        conns.len(),
+        4,
+        "connections without a certificate of one address"
+    );
+    let mut refused = None;
+    for ch in &conns {
+        for _ in 0..2 {
+            match MachineServiceClient::new(ch.clone())
+                .logs(follow("apid"))
+                .await
+            {
+                Ok(s) => held.push(s.into_inner()),
+                Err(e) => refused = Some(e),
+            }
+        }
+    }
+    assert_eq!(held.len(), 2, "followed logs of one anonymous caller");
+    let e = refused.expect("a followed log past the caller's share");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("its share"), "{}", e.message());
+    let mut watches = Vec::new();
+    let mut refused = None;
+    for _ in 0..10 {
+        match StateClient::new(conns[0].clone())
+            .watch(proto::WatchRequest {
+                namespace: "runtime".into(),
+                r#type: "MachineStatuses.runtime.talos.dev".into(),
+                id: None,
+                options: None,
+                api_version: 1,
+            })
+            .await
+        {
+            Ok(w) => watches.push(w.into_inner()),
+            Err(e) => refused = Some(e),
+        }
+    }
+    assert_eq!(watches.len(), 8, "watches of one anonymous caller");
+    assert_eq!(
+        refused.map(|e| e.code()),
+        Some(Code::ResourceExhausted),
+        "the ninth watch"
+    );
+
+    // The operator, from its own address, gets in, follows a log, and configures the node.
+    let op = anonymous_to(&node, "172.20.96.2:50000", &fp);
+    MachineServiceClient::new(op.clone())
+        .version(())
+        .await
+        .expect("the operator is answered");
+    let mut log = MachineServiceClient::new(op.clone())
+        .logs(follow("apid"))
+        .await
+        .expect("the operator follows a log")
+        .into_inner();
+    assert!(log.message().await.unwrap().is_some());
+    let config = generate(
+        &Input::new("demo", "https://172.20.96.2:6443", &bundle),
+        MachineType::ControlPlane,
+    )
+    .unwrap();
+    let r = MachineServiceClient::new(op)
+        .apply_configuration(proto::machine::ApplyConfigurationRequest {
+            data: config.to_yaml().unwrap().into_bytes(),
+            mode: proto::machine::apply_configuration_request::Mode::Auto as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("the operator's configuration is applied");
+    assert!(r.into_inner().messages[0]
+        .mode_details
+        .contains("Applied configuration"),);
+    drop((held, watches, conns));
+}

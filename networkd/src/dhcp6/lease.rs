@@ -59,7 +59,9 @@ impl ResourceSpec for Dhcp6LeaseSpec {
     const DEFAULT_NAMESPACE: &'static str = "network";
 
     fn definition() -> ResourceDefinition {
+        // `dhcpl` (the acronym) would name the DHCPv4 and the DHCPv6 leases both.
         ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
+            .without_aliases(&["dhcpl", "dhcpls"])
             .with_aliases(&["dhcp6lease", "dhcp6leases"])
             .with_columns(&[
                 ("Address", "{.address}"),
