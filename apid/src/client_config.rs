@@ -148,13 +148,6 @@ impl Generator {
             .unwrap_or_default();
         let ttl_seconds = ttl(req.crt_ttl)?;
         let roles = roles(&req.roles);
-        if roles.len() > 1 {
-            return Err(Status::unimplemented(format!(
-                "a client certificate carries one role in talos-rs so far, not {}: {}",
-                roles.len(),
-                roles.join(", ")
-            )));
-        }
         let _permit = self.permit()?;
         // Upstream makes the key of the CA's type; any key type works with any CA in TLS 1.3,
         // and Ed25519 keys are made at once where an RSA one takes seconds.

@@ -656,18 +656,47 @@ async fn an_admin_generates_a_client_configuration_signed_by_secretsd_and_nothin
         assert_eq!(e.code(), Code::PermissionDenied, "{role}: {e:?}");
     }
     let mut admin = MachineServiceClient::new(n.as_role("os:admin"));
-    // Upstream's refusals of the request itself; ours for more than one role.
+    // Upstream's refusal of the request itself.
     let e = admin
         .generate_client_configuration(gen_request(&["os:reader"], 0))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert_eq!(e.message(), "crt_ttl should be positive");
-    let e = admin
-        .generate_client_configuration(gen_request(&["os:reader", "os:admin"], 60))
+
+    // Several roles: one certificate carrying all of them (one multi-valued Organization RDN,
+    // as upstream's), in a context named after the cluster; it works as its roles allow.
+    let reply = admin
+        .generate_client_configuration(gen_request(
+            &["os:reader", "os:etcd:backup", "os:reader"],
+            600,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let m = &reply.messages[0];
+    let crt = x509::Certificate::from_pem(&m.crt).unwrap();
+    assert!(crt.is_signed_by(&n.os_ca()));
+    assert_eq!(
+        crt.info().unwrap().organizations,
+        ["os:reader", "os:etcd:backup"]
+    );
+    let talosconfig = String::from_utf8(m.talosconfig.clone()).unwrap();
+    assert!(
+        talosconfig.starts_with("context: demo\ncontexts:\n  demo:\n"),
+        "{talosconfig}"
+    );
+    let id = (
+        String::from_utf8(m.crt.clone()).unwrap(),
+        String::from_utf8(m.key.clone()).unwrap(),
+    );
+    let mut two_roles = MachineServiceClient::new(n.channel(Some(id)));
+    two_roles.version(()).await.unwrap();
+    let e = two_roles
+        .shutdown(proto::machine::ShutdownRequest { force: false })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
+    assert_eq!(e.code(), Code::PermissionDenied);
 
     // Unknown roles are dropped, as upstream's role.Parse does.
     let reply = admin

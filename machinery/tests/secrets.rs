@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use machinery::secrets::x509::{KeyAlgorithm, PrivateKey};
+use machinery::secrets::x509::{self, KeyAlgorithm, LeafRequest, PrivateKey, Subject};
 use machinery::secrets::{Bundle, CertAndKey, SecretsError};
 use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::*;
@@ -292,13 +292,26 @@ fn client_certificates_chain_to_the_os_ca_of_upstreams_bundle() {
         cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp(),
         8760 * 3600
     );
-    // Several roles: upstream's multi-valued RDN is not written yet, and that is an error,
-    // not a certificate with one of them.
-    let two = ["os:reader".to_string(), "os:operator".to_string()];
-    let err = bundle
+    // Several roles: one multi-valued Organization RDN, byte for byte as upstream (Go's
+    // pkix.Name) writes it: PrintableStrings, the shorter encoding first (DER's SET OF).
+    let two = ["os:reader".to_string(), "os:etcd:backup".to_string()];
+    let pair = bundle
         .client_certificate(&two, now, Duration::from_secs(3600))
-        .unwrap_err();
-    assert!(matches!(err, SecretsError::Unsupported(_)), "{err}");
+        .unwrap();
+    assert_eq!(pem_label(&pair.key), "ED25519 PRIVATE KEY");
+    let (crt, _) = pair.parse().unwrap();
+    check_client_certificate(
+        crt.der(),
+        &ca_der,
+        &["os:reader", "os:etcd:backup"],
+        TWO_ROLES_SUBJECT,
+        false,
+    );
+    assert_eq!(
+        cert.subject().as_raw(),
+        printable_organizations(&["os:admin"]),
+        "one role as before"
+    );
     // Signed by another CA, it does not verify against this one.
     let other = Bundle::generate(now).unwrap();
     let foreign = other
@@ -307,6 +320,344 @@ fn client_certificates_chain_to_the_os_ca_of_upstreams_bundle() {
     let foreign_der = der(&foreign.crt);
     let (_, foreign) = parse_x509_certificate(&foreign_der).unwrap();
     assert!(foreign.verify_signature(Some(ca.public_key())).is_err());
+}
+
+/// The Name upstream writes for Organization ["os:reader", "os:etcd:backup"]: one RDN (SET)
+/// of two PrintableString values, the shorter encoding first.
+const TWO_ROLES_SUBJECT: &[u8] = b"\x30\x2b\x31\x29\
+    \x30\x10\x06\x03\x55\x04\x0a\x13\x09os:reader\
+    \x30\x15\x06\x03\x55\x04\x0a\x13\x0eos:etcd:backup";
+
+/// A Name of one RDN of these Organization values, each a PrintableString, in this order.
+fn printable_organizations(values: &[&str]) -> Vec<u8> {
+    let mut set = Vec::new();
+    for v in values {
+        set.extend_from_slice(&[0x30, 7 + v.len() as u8, 0x06, 0x03, 0x55, 0x04, 0x0a]);
+        set.extend_from_slice(&[0x13, v.len() as u8]);
+        set.extend_from_slice(v.as_bytes());
+    }
+    let mut name = vec![0x30, set.len() as u8 + 2, 0x31, set.len() as u8];
+    name.extend(set);
+    name
+}
+
+/// Checks a Talos API client certificate: signed by the CA (and issued under its subject, byte
+/// for byte), the subject exactly `subject` (one RDN), `roles` read back by `info()` (in the
+/// certificate's order), version 3, a positive serial of at most 128 bits, key usage
+/// DigitalSignature (critical), extended key usage ClientAuth, the CA's key identifier as
+/// authority key identifier, no SAN; `from_csr`: a subject key identifier (SHA-256 of the key,
+/// 20 bytes) and basic constraints CA:FALSE, else neither. openssl agrees when it is installed.
+fn check_client_certificate(
+    crt_der: &[u8],
+    ca_der: &[u8],
+    roles: &[&str],
+    subject: &[u8],
+    from_csr: bool,
+) {
+    let (_, cert) = parse_x509_certificate(crt_der).unwrap();
+    let (_, ca) = parse_x509_certificate(ca_der).unwrap();
+    cert.verify_signature(Some(ca.public_key())).unwrap();
+    assert_eq!(cert.issuer().as_raw(), ca.subject().as_raw());
+    assert_eq!(cert.subject().as_raw(), subject, "the subject's DER");
+    assert_eq!(
+        cert.subject().iter().count(),
+        usize::from(!roles.is_empty())
+    );
+    assert_eq!(cert.version(), X509Version::V3);
+    let serial = cert.raw_serial();
+    assert!(serial.len() <= 16 && serial[0] & 0x80 == 0, "{serial:02x?}");
+    let crt = x509::Certificate::from_der(crt_der).unwrap();
+    let info = crt.info().unwrap();
+    assert_eq!(info.organizations, roles);
+    assert!(info.common_name.is_none());
+    assert!(info.client_auth && !info.server_auth && !info.other_usages && !info.is_ca);
+    assert!(info.dns_names.is_empty() && info.ips.is_empty());
+    assert!(crt.is_signed_by(&x509::Certificate::from_der(ca_der).unwrap()));
+    let ca_key_id = ca
+        .iter_extensions()
+        .find_map(|e| match e.parsed_extension() {
+            ParsedExtension::SubjectKeyIdentifier(id) => Some(id.0.to_vec()),
+            _ => None,
+        })
+        .unwrap();
+    let mut oids = Vec::new();
+    for ext in cert.extensions() {
+        oids.push(ext.oid.to_id_string());
+        match ext.parsed_extension() {
+            ParsedExtension::AuthorityKeyIdentifier(aki) => {
+                assert!(!ext.critical);
+                assert_eq!(aki.key_identifier.as_ref().unwrap().0, ca_key_id.as_slice());
+                assert!(aki.authority_cert_issuer.is_none() && aki.authority_cert_serial.is_none());
+            }
+            ParsedExtension::KeyUsage(ku) => {
+                assert!(ext.critical);
+                assert_eq!(ku.flags, 1, "DigitalSignature only");
+            }
+            ParsedExtension::ExtendedKeyUsage(eku) => {
+                assert!(!ext.critical);
+                assert!(eku.client_auth && !eku.server_auth && eku.other.is_empty());
+            }
+            ParsedExtension::SubjectKeyIdentifier(id) => {
+                assert!(!ext.critical);
+                let digest = ring_sha256(cert.public_key().raw);
+                assert_eq!(id.0, &digest[..20]);
+            }
+            ParsedExtension::BasicConstraints(bc) => {
+                assert!(ext.critical);
+                assert!(!bc.ca && bc.path_len_constraint.is_none());
+            }
+            other => panic!("unexpected extension {other:?}"),
+        }
+    }
+    let mut expected = vec!["2.5.29.35", "2.5.29.15", "2.5.29.37"];
+    if from_csr {
+        expected.extend(["2.5.29.14", "2.5.29.19"]);
+    }
+    assert_eq!(oids, expected, "the extensions, in rcgen's order");
+
+    if !testkit::require_program("openssl", "apt-get install openssl") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "machinery-client-cert-{}-{}",
+        std::process::id(),
+        testkit::current_test().replace(':', "_")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_pem = dir.join("ca.pem");
+    let crt_pem = dir.join("crt.pem");
+    std::fs::write(
+        &ca_pem,
+        x509::Certificate::from_der(ca_der).unwrap().to_pem(),
+    )
+    .unwrap();
+    std::fs::write(&crt_pem, crt.to_pem()).unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "openssl {args:?}: {text}");
+        text
+    };
+    let (ca_path, crt_path) = (ca_pem.to_str().unwrap(), crt_pem.to_str().unwrap());
+    let verified = openssl(&[
+        "verify",
+        "-purpose",
+        "sslclient",
+        "-CAfile",
+        ca_path,
+        crt_path,
+    ]);
+    assert!(verified.contains(": OK"), "{verified}");
+    let shown = openssl(&[
+        "x509",
+        "-noout",
+        "-subject",
+        "-nameopt",
+        "multiline",
+        "-in",
+        crt_path,
+    ]);
+    let lines: Vec<&str> = shown
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    if roles.is_empty() {
+        assert!(lines.is_empty(), "{shown}");
+    } else {
+        // One RDN: one line, its values joined by " + ".
+        assert_eq!(lines.len(), 1, "{shown}");
+        let values: Vec<&str> = lines[0]
+            .split(" + ")
+            .map(|v| v.trim().strip_prefix("organizationName").unwrap().trim())
+            .map(|v| v.strip_prefix("= ").unwrap())
+            .collect();
+        assert_eq!(values, roles, "{shown}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn ring_sha256(data: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA256, data)
+        .as_ref()
+        .to_vec()
+}
+
+/// Ed25519, ECDSA and RSA CAs sign client certificates of one, two and three roles (and of
+/// none) with every role in one RDN; a role that is no PrintableString is a UTF8String, as Go
+/// writes it.
+#[test]
+fn client_certificates_carry_every_role_in_one_organization_rdn_for_every_ca_algorithm() {
+    let now = SystemTime::now();
+    let three = ["os:reader", "os:operator", "os:etcd:backup"];
+    for algorithm in [
+        KeyAlgorithm::Ed25519,
+        KeyAlgorithm::EcdsaP256,
+        KeyAlgorithm::Rsa,
+    ] {
+        let subject = Subject {
+            organizations: vec!["talos".into()],
+            common_name: None,
+        };
+        let (ca, ca_key) = x509::self_signed_ca(&subject, algorithm, now).unwrap();
+        let issue = |roles: &[&str]| {
+            let roles: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
+            let (crt, key) =
+                x509::issue_client((&ca, &ca_key), &roles, now, Duration::from_secs(600)).unwrap();
+            assert!(crt.matches_key(&key));
+            assert_eq!(
+                key.algorithm(),
+                algorithm,
+                "the leaf's key follows the CA's"
+            );
+            let info = crt.info().unwrap();
+            assert_eq!(info.lifetime(), Duration::from_secs(600));
+            crt
+        };
+        let crt = issue(&["os:reader", "os:etcd:backup", "os:reader"]);
+        check_client_certificate(
+            crt.der(),
+            ca.der(),
+            &["os:reader", "os:etcd:backup"],
+            TWO_ROLES_SUBJECT,
+            false,
+        );
+        let crt = issue(&three);
+        check_client_certificate(
+            crt.der(),
+            ca.der(),
+            &three,
+            &printable_organizations(&three),
+            false,
+        );
+        let crt = issue(&["os:admin"]);
+        check_client_certificate(
+            crt.der(),
+            ca.der(),
+            &["os:admin"],
+            &printable_organizations(&["os:admin"]),
+            false,
+        );
+        let crt = issue(&[]);
+        check_client_certificate(crt.der(), ca.der(), &[], b"\x30\x00", false);
+    }
+
+    // '&' is no PrintableString character (Go's marshaller rejects '*' and '&' too).
+    let bundle = Bundle::from_yaml(UPSTREAM).unwrap();
+    let pair = bundle
+        .client_certificate(
+            &["os:reader".into(), "a&b".into()],
+            now,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    let (crt, _) = pair.parse().unwrap();
+    let (_, cert) = parse_x509_certificate(crt.der()).unwrap();
+    let tags: Vec<_> = cert
+        .subject()
+        .iter_organization()
+        .map(|a| {
+            (
+                a.as_str().unwrap().to_string(),
+                a.attr_value().header.tag().0,
+            )
+        })
+        .collect();
+    assert_eq!(
+        tags,
+        [("a&b".to_string(), 0x0c), ("os:reader".to_string(), 0x13)],
+        "a UTF8String, then a PrintableString (the shorter encoding first)"
+    );
+}
+
+/// secretsd's signing of apid's CSR (`GenerateClientConfiguration`): every role in one RDN,
+/// sorted and once each, for the CSR's key, by Ed25519 and ECDSA CAs, the CSR's subject and
+/// extensions ignored.
+#[test]
+fn a_client_csr_is_signed_with_every_role_in_one_organization_rdn() {
+    let now = SystemTime::now();
+    for (ca_algorithm, key_algorithm) in [
+        (KeyAlgorithm::Ed25519, KeyAlgorithm::Ed25519),
+        (KeyAlgorithm::EcdsaP256, KeyAlgorithm::Ed25519),
+        (KeyAlgorithm::EcdsaP256, KeyAlgorithm::EcdsaP256),
+    ] {
+        let subject = Subject {
+            organizations: vec!["talos".into()],
+            common_name: None,
+        };
+        let (ca, ca_key) = x509::self_signed_ca(&subject, ca_algorithm, now).unwrap();
+        let (csr, key) = LeafRequest {
+            subject: Subject {
+                organizations: vec!["os:admin".into()],
+                common_name: Some("someone".into()),
+            },
+            dns_names: vec!["example.org".into()],
+            extended: vec![x509::ExtendedUsage::ServerAuth],
+            ..LeafRequest::default()
+        }
+        .csr(key_algorithm)
+        .unwrap();
+        let sign = |roles: &[&str]| {
+            let roles: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
+            let crt = x509::sign_client_csr(
+                (&ca, &ca_key),
+                csr.as_bytes(),
+                &roles,
+                now,
+                Duration::from_secs(3600),
+            )
+            .unwrap();
+            assert!(crt.matches_key(&key));
+            assert_eq!(crt.info().unwrap().lifetime(), Duration::from_secs(3600));
+            crt
+        };
+        let crt = sign(&["os:reader", "os:etcd:backup"]);
+        check_client_certificate(
+            crt.der(),
+            ca.der(),
+            &["os:reader", "os:etcd:backup"],
+            TWO_ROLES_SUBJECT,
+            true,
+        );
+        let three = ["os:reader", "os:operator", "os:etcd:backup"];
+        let crt = sign(&["os:operator", "os:etcd:backup", "os:reader", "os:operator"]);
+        check_client_certificate(
+            crt.der(),
+            ca.der(),
+            &three,
+            &printable_organizations(&three),
+            true,
+        );
+        let crt = sign(&["os:admin"]);
+        check_client_certificate(
+            crt.der(),
+            ca.der(),
+            &["os:admin"],
+            &printable_organizations(&["os:admin"]),
+            true,
+        );
+    }
+    // A CSR whose signature does not verify is refused, whatever the roles.
+    let (ca, ca_key) =
+        x509::self_signed_ca(&Subject::default(), KeyAlgorithm::Ed25519, now).unwrap();
+    let (csr, _) = LeafRequest::default().csr(KeyAlgorithm::EcdsaP256).unwrap();
+    let mut bad = ::pem::parse(csr.as_bytes()).unwrap().contents().to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    let bad = ::pem::encode(&::pem::Pem::new("CERTIFICATE REQUEST", bad));
+    let err = x509::sign_client_csr(
+        (&ca, &ca_key),
+        bad.as_bytes(),
+        &["os:reader".into(), "os:operator".into()],
+        now,
+        Duration::from_secs(60),
+    )
+    .unwrap_err();
+    assert!(matches!(err, SecretsError::Csr(_)), "{err}");
 }
 
 /// Ed25519 keys are written as upstream writes them: PKCS#8 v1 (Go's `MarshalPKCS8PrivateKey`,

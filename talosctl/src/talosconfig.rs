@@ -224,7 +224,7 @@ pub struct NewArgs {
     /// Where to write it (it must not exist).
     #[arg(default_value = "talosconfig")]
     pub path: PathBuf,
-    /// The roles of the certificate (comma-separated; talos-rs signs one).
+    /// The roles of the certificate (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "os:admin")]
     pub roles: Vec<String>,
     /// The certificate's validity (e.g. 8760h, 30m).

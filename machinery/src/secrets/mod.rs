@@ -61,7 +61,7 @@ pub enum SecretsError {
     /// The bundle's text does not decode.
     #[error("invalid secrets bundle: {0}")]
     Decode(String),
-    /// A subject rcgen cannot write.
+    /// A name a certificate cannot carry (a SAN that is no DNS name).
     #[error("{0}")]
     Unsupported(String),
     /// Every problem of a bundle, in upstream's order.
@@ -418,8 +418,9 @@ impl Bundle {
     }
 
     /// A Talos API client certificate signed by the OS CA, as upstream's
-    /// `NewAdminCertificateAndKey`: the role as organization, no common name, key
-    /// usage DigitalSignature, extended key usage ClientAuth, valid from `now` for `ttl`.
+    /// `NewAdminCertificateAndKey`: the roles (sorted, once each) as one multi-valued
+    /// organization RDN, no common name, key usage DigitalSignature, extended key usage
+    /// ClientAuth, valid from `now` for `ttl` ([`x509::issue_client`]).
     pub fn client_certificate(
         &self,
         roles: &[String],
@@ -427,29 +428,7 @@ impl Bundle {
         ttl: Duration,
     ) -> Result<CertAndKey, SecretsError> {
         let (ca_crt, ca_key) = self.os_ca()?;
-        let mut organizations = roles.to_vec();
-        organizations.sort();
-        organizations.dedup();
-        if organizations.len() > 1 {
-            // Upstream writes the roles as one multi-valued organization RDN; rcgen keeps one
-            // value per attribute type (rustls/rcgen#81).
-            return Err(SecretsError::Unsupported(format!(
-                "a client certificate carries one role in talos-rs so far, not {}: {}",
-                organizations.len(),
-                organizations.join(", ")
-            )));
-        }
-        let (crt, key) = x509::issue(
-            (&ca_crt, &ca_key),
-            &Subject {
-                organizations,
-                common_name: None,
-            },
-            vec![rcgen::KeyUsagePurpose::DigitalSignature],
-            vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth],
-            now,
-            ttl,
-        )?;
+        let (crt, key) = x509::issue_client((&ca_crt, &ca_key), roles, now, ttl)?;
         Ok(CertAndKey {
             crt: b64(crt.to_pem().as_bytes()),
             key: b64(key.to_pem()?.as_bytes()),

@@ -4,7 +4,9 @@
 //!
 //! The codecs are kept crates: rcgen (over ring) makes and signs certificates, x509-parser
 //! reads them, p256 and rsa convert SEC1 and PKCS#1 keys to the PKCS#8 that ring signs with and
-//! generate the RSA key ring cannot.
+//! generate the RSA key ring cannot. x509-cert's builder writes the Talos API client
+//! certificates, whose roles are one multi-valued Organization RDN as upstream writes them
+//! (rcgen writes one value per attribute type, rustls/rcgen#81); ring signs them.
 
 use std::time::{Duration, SystemTime};
 
@@ -13,6 +15,7 @@ use rcgen::{
     Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, SerialNumber, SignatureAlgorithm,
 };
 use ring::rand::SecureRandom as _;
+use x509_cert::spki::ObjectIdentifier;
 
 /// Key usages and extended key usages of a certificate (rcgen's).
 pub use rcgen::{ExtendedKeyUsagePurpose as ExtendedUsage, KeyUsagePurpose as Usage};
@@ -350,11 +353,15 @@ pub struct Subject {
     pub common_name: Option<String>,
 }
 
-fn serial() -> Result<SerialNumber, SecretsError> {
-    // 128 random bits, positive (the top bit clear, as Go's rand.Int(2^128) is).
+/// 128 random bits, positive (the top bit clear, as Go's rand.Int(2^128) is).
+fn serial_bytes() -> Result<Vec<u8>, SecretsError> {
     let mut bytes = random(16)?;
     bytes[0] &= 0x7f;
-    Ok(SerialNumber::from_slice(&bytes))
+    Ok(bytes)
+}
+
+fn serial() -> Result<SerialNumber, SecretsError> {
+    Ok(SerialNumber::from_slice(&serial_bytes()?))
 }
 
 fn distinguished_name(subject: &Subject) -> DistinguishedName {
@@ -709,9 +716,10 @@ pub fn sign_csr(
 
 /// Signs a Talos API client certificate for the key of a CSR (GenerateClientConfiguration,
 /// signed by secretsd for apid): the CSR's signature must verify, and only its public key is
-/// taken. The subject is `roles` as organizations and no common name, no SAN, key usage
-/// DigitalSignature, extended key usage ClientAuth (what [`crate::secrets::Bundle`]'s
-/// `client_certificate` issues), valid from `now` for `validity`.
+/// taken. The subject is `roles` (sorted, once each) as one multi-valued organization RDN and
+/// no common name, no SAN, key usage DigitalSignature, extended key usage ClientAuth (what
+/// [`crate::secrets::Bundle`]'s `client_certificate` issues, through the same code), valid
+/// from `now` for `validity`.
 pub fn sign_client_csr(
     ca: (&Certificate, &PrivateKey),
     csr_pem: &[u8],
@@ -719,23 +727,17 @@ pub fn sign_client_csr(
     now: SystemTime,
     validity: Duration,
 ) -> Result<Certificate, SecretsError> {
-    if roles.len() > 1 {
-        // As `client_certificate`: rcgen keeps one value per attribute type (rustls/rcgen#81).
-        return Err(SecretsError::Unsupported(format!(
-            "a client certificate carries one role in talos-rs so far, not {}: {}",
-            roles.len(),
-            roles.join(", ")
-        )));
-    }
-    sign_parsed(ca, csr_pem, now, validity, |p| {
-        p.distinguished_name = distinguished_name(&Subject {
-            organizations: roles.to_vec(),
-            common_name: None,
-        });
-        p.subject_alt_names.clear();
-        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    })
+    use rcgen::PublicKeyData as _;
+    let csr = read_csr(csr_pem, validity)?;
+    // Only the key is taken; a certificate signed for a CSR also says who it is (a subject key
+    // identifier) and that it is no CA, as `sign_parsed`'s do.
+    client_certificate(
+        ca,
+        &csr.public_key.subject_public_key_info(),
+        roles,
+        (now, validity),
+        true,
+    )
 }
 
 /// Signs a Kubernetes client certificate for a CSR (`talosctl kubeconfig`'s admin), as
@@ -778,23 +780,8 @@ fn sign_parsed(
     validity: Duration,
     shape: impl FnOnce(&mut CertificateParams),
 ) -> Result<Certificate, SecretsError> {
-    if csr_pem.len() > MAX_CSR {
-        return Err(SecretsError::Csr(format!(
-            "the CSR is larger than {MAX_CSR} bytes"
-        )));
-    }
-    if validity > MAX_LEAF_VALIDITY {
-        return Err(SecretsError::Csr(format!(
-            "a validity of {} s is longer than {} years",
-            validity.as_secs(),
-            MAX_LEAF_VALIDITY.as_secs() / (365 * 86_400)
-        )));
-    }
     let not_after = now + validity;
-    let text = std::str::from_utf8(csr_pem)
-        .map_err(|_| SecretsError::Csr("the CSR is not PEM text".into()))?;
-    let mut csr = rcgen::CertificateSigningRequestParams::from_pem(text)
-        .map_err(|e| SecretsError::Csr(e.to_string()))?;
+    let mut csr = read_csr(csr_pem, validity)?;
     let p = &mut csr.params;
     shape(p);
     p.is_ca = IsCa::ExplicitNoCa;
@@ -811,6 +798,270 @@ fn sign_parsed(
     Ok(Certificate {
         der: cert.der().to_vec(),
     })
+}
+
+/// Reads a CSR to sign for `validity`: PEM of at most [`MAX_CSR`] bytes whose signature
+/// verifies, a validity of at most [`MAX_LEAF_VALIDITY`].
+fn read_csr(
+    csr_pem: &[u8],
+    validity: Duration,
+) -> Result<rcgen::CertificateSigningRequestParams, SecretsError> {
+    if csr_pem.len() > MAX_CSR {
+        return Err(SecretsError::Csr(format!(
+            "the CSR is larger than {MAX_CSR} bytes"
+        )));
+    }
+    if validity > MAX_LEAF_VALIDITY {
+        return Err(SecretsError::Csr(format!(
+            "a validity of {} s is longer than {} years",
+            validity.as_secs(),
+            MAX_LEAF_VALIDITY.as_secs() / (365 * 86_400)
+        )));
+    }
+    let text = std::str::from_utf8(csr_pem)
+        .map_err(|_| SecretsError::Csr("the CSR is not PEM text".into()))?;
+    rcgen::CertificateSigningRequestParams::from_pem(text)
+        .map_err(|e| SecretsError::Csr(e.to_string()))
+}
+
+/// A Talos API client certificate for a new key of the CA's algorithm (upstream's
+/// `NewAdminCertificateAndKey`; an RSA CA's leaf key has 2048 bits, as [`issue`]'s): the roles
+/// as organizations, no common name, key usage DigitalSignature, extended key usage
+/// ClientAuth, valid from `now` for `validity`.
+pub fn issue_client(
+    ca: (&Certificate, &PrivateKey),
+    roles: &[String],
+    now: SystemTime,
+    validity: Duration,
+) -> Result<(Certificate, PrivateKey), SecretsError> {
+    let algorithm = ca.1.algorithm();
+    let key = if algorithm == KeyAlgorithm::Rsa {
+        PrivateKey::generate_rsa(2048)?
+    } else {
+        PrivateKey::generate(algorithm)?
+    };
+    let cert = client_certificate(ca, &key.public_key_der()?, roles, (now, validity), false)?;
+    Ok((cert, key))
+}
+
+/// The OID of the Organization (O) attribute.
+const ORGANIZATION: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.10");
+/// The OID of the ClientAuth extended key usage.
+const CLIENT_AUTH: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.2");
+
+/// The one path of Talos API client certificates ([`issue_client`], [`sign_client_csr`]),
+/// built with x509-cert: the subject is every role (sorted, once each, as upstream's
+/// `roles.Strings()`) in one multi-valued Organization RDN, as Go's `pkix.Name` writes it, or
+/// empty without a role; the issuer is the CA's subject as the CA encodes it; a random 128-bit
+/// serial; key usage DigitalSignature (critical), extended key usage ClientAuth, the
+/// authority key identifier of the CA (its subject key identifier, else the first 20 bytes of
+/// the SHA-256 of its SubjectPublicKeyInfo); `for_csr` adds what every certificate signed for a
+/// CSR carries ([`sign_parsed`]'s): a subject key identifier (the same hash of `subject_spki`)
+/// and basic constraints CA:FALSE (critical). Signed by the CA's key with ring.
+fn client_certificate(
+    ca: (&Certificate, &PrivateKey),
+    subject_spki: &[u8],
+    roles: &[String],
+    (now, validity): (SystemTime, Duration),
+    for_csr: bool,
+) -> Result<Certificate, SecretsError> {
+    use x509_cert::builder::{Builder as _, CertificateBuilder};
+    use x509_cert::der::{Decode as _, Encode as _};
+
+    let asn1 = |e: x509_cert::der::Error| SecretsError::Crypto(e.to_string());
+    let (_, ca_cert) = x509_parser::parse_x509_certificate(ca.0.der())
+        .map_err(|e| SecretsError::Certificate(e.to_string()))?;
+    let authority_key_id = ca_cert
+        .iter_extensions()
+        .find_map(|e| match e.parsed_extension() {
+            x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(id) => {
+                Some(id.0.to_vec())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| key_id(ca_cert.public_key().raw));
+    let profile = ClientProfile {
+        issuer: x509_cert::name::Name::from_der(ca_cert.subject().as_raw()).map_err(asn1)?,
+        subject: roles_name(roles).map_err(asn1)?,
+        authority_key_id,
+        subject_key_id: for_csr.then(|| key_id(subject_spki)),
+    };
+    let time = |t: SystemTime| x509_cert::time::Time::try_from(t).map_err(asn1);
+    let validity = x509_cert::time::Validity::new(time(now)?, time(now + validity)?);
+    let serial = x509_cert::serial_number::SerialNumber::new(&serial_bytes()?).map_err(asn1)?;
+    let spki = x509_cert::spki::SubjectPublicKeyInfoOwned::from_der(subject_spki).map_err(asn1)?;
+    let signer = CaSigner {
+        algorithm: ca.1.algorithm(),
+        key: ca.1.key_pair()?,
+        spki: ca_cert.public_key().raw.to_vec(),
+    };
+    let built = CertificateBuilder::new(profile, serial, validity, spki)
+        .and_then(|b| b.build::<_, CaSignature>(&signer))
+        .map_err(|e| SecretsError::Crypto(e.to_string()))?;
+    Ok(Certificate {
+        der: built.to_der().map_err(asn1)?,
+    })
+}
+
+/// A key identifier as rcgen derives one: the first 20 bytes of the SHA-256 of a DER
+/// SubjectPublicKeyInfo.
+fn key_id(spki: &[u8]) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA256, spki).as_ref()[..20].to_vec()
+}
+
+/// The subject of a client certificate: one RDN of every role as an Organization (x509-cert's
+/// RDN is a DER SET OF, sorted as Go's encoding/asn1 sorts it), each a PrintableString where
+/// it can be one and a UTF8String otherwise, as Go chooses; no RDN without a role.
+fn roles_name(roles: &[String]) -> Result<x509_cert::name::Name, x509_cert::der::Error> {
+    use x509_cert::der::asn1::{Any, PrintableStringRef, Utf8StringRef};
+    use x509_cert::der::{Decode as _, Encode as _};
+
+    let mut roles = roles.to_vec();
+    roles.sort();
+    roles.dedup();
+    let mut rdns = x509_cert::name::RdnSequence::default();
+    if !roles.is_empty() {
+        let values = roles
+            .iter()
+            .map(|role| {
+                let value = match PrintableStringRef::new(role) {
+                    Ok(printable) => Any::encode_from(&printable)?,
+                    Err(_) => Any::encode_from(&Utf8StringRef::new(role)?)?,
+                };
+                Ok(x509_cert::attr::AttributeTypeAndValue {
+                    oid: ORGANIZATION,
+                    value,
+                })
+            })
+            .collect::<Result<Vec<_>, x509_cert::der::Error>>()?;
+        rdns.push(x509_cert::name::RelativeDistinguishedName::try_from(
+            values,
+        )?);
+    }
+    // x509-cert makes a `Name` of an RDN sequence only by decoding one (or behind `hazmat`).
+    x509_cert::name::Name::from_der(&rdns.to_der()?)
+}
+
+/// What x509-cert's builder puts in a client certificate besides the key, serial and validity.
+struct ClientProfile {
+    issuer: x509_cert::name::Name,
+    subject: x509_cert::name::Name,
+    authority_key_id: Vec<u8>,
+    /// With a subject key identifier and basic constraints CA:FALSE.
+    subject_key_id: Option<Vec<u8>>,
+}
+
+impl x509_cert::builder::profile::BuilderProfile for ClientProfile {
+    fn get_issuer(&self, _subject: &x509_cert::name::Name) -> x509_cert::name::Name {
+        self.issuer.clone()
+    }
+
+    fn get_subject(&self) -> x509_cert::name::Name {
+        self.subject.clone()
+    }
+
+    /// In rcgen's order (so a one-role certificate is as it was): authority key identifier,
+    /// key usage, extended key usage, then subject key identifier and basic constraints.
+    /// x509-cert marks key usage and basic constraints critical, the others not, as rcgen.
+    fn build_extensions(
+        &self,
+        _spk: x509_cert::spki::SubjectPublicKeyInfoRef<'_>,
+        _issuer_spk: x509_cert::spki::SubjectPublicKeyInfoRef<'_>,
+        tbs: &x509_cert::TbsCertificate,
+    ) -> x509_cert::builder::Result<Vec<x509_cert::ext::Extension>> {
+        use x509_cert::der::asn1::OctetString;
+        use x509_cert::ext::pkix::{
+            AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages,
+            SubjectKeyIdentifier,
+        };
+        use x509_cert::ext::ToExtension as _;
+
+        let subject = tbs.subject();
+        let mut out = Vec::new();
+        let aki = AuthorityKeyIdentifier {
+            key_identifier: Some(OctetString::new(self.authority_key_id.clone())?),
+            authority_cert_issuer: None,
+            authority_cert_serial_number: None,
+        };
+        out.push(aki.to_extension(subject, &out)?);
+        out.push(KeyUsage(KeyUsages::DigitalSignature.into()).to_extension(subject, &out)?);
+        out.push(ExtendedKeyUsage(vec![CLIENT_AUTH]).to_extension(subject, &out)?);
+        if let Some(id) = &self.subject_key_id {
+            let ski = SubjectKeyIdentifier(OctetString::new(id.clone())?);
+            out.push(ski.to_extension(subject, &out)?);
+            let leaf = BasicConstraints {
+                ca: false,
+                path_len_constraint: None,
+            };
+            out.push(leaf.to_extension(subject, &out)?);
+        }
+        Ok(out)
+    }
+}
+
+/// A CA's key as the signer x509-cert's builder takes: ring signs, through rcgen's key pair
+/// (Ed25519; ECDSA P-256 with SHA-256, the signature in ASN.1; RSA PKCS#1 v1.5 with SHA-256).
+struct CaSigner {
+    algorithm: KeyAlgorithm,
+    key: KeyPair,
+    /// The CA's DER SubjectPublicKeyInfo.
+    spki: Vec<u8>,
+}
+
+/// The DER SubjectPublicKeyInfo of a CA's key.
+#[derive(Clone)]
+struct CaPublicKey(Vec<u8>);
+
+impl x509_cert::spki::EncodePublicKey for CaPublicKey {
+    fn to_public_key_der(&self) -> x509_cert::spki::Result<x509_cert::der::Document> {
+        Ok(x509_cert::der::Document::try_from(self.0.as_slice())?)
+    }
+}
+
+/// A signature as the certificate's BIT STRING holds it.
+struct CaSignature(Vec<u8>);
+
+impl x509_cert::spki::SignatureBitStringEncoding for CaSignature {
+    fn to_bitstring(&self) -> x509_cert::der::Result<x509_cert::der::asn1::BitString> {
+        x509_cert::der::asn1::BitString::from_bytes(&self.0)
+    }
+}
+
+impl signature::Keypair for CaSigner {
+    type VerifyingKey = CaPublicKey;
+
+    fn verifying_key(&self) -> CaPublicKey {
+        CaPublicKey(self.spki.clone())
+    }
+}
+
+impl x509_cert::spki::DynSignatureAlgorithmIdentifier for CaSigner {
+    /// The signature algorithm as rcgen writes it: no parameters but RSA's NULL.
+    fn signature_algorithm_identifier(
+        &self,
+    ) -> x509_cert::spki::Result<x509_cert::spki::AlgorithmIdentifierOwned> {
+        const ED25519: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.101.112");
+        const ECDSA_WITH_SHA256: ObjectIdentifier =
+            ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
+        const SHA256_WITH_RSA: ObjectIdentifier =
+            ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.11");
+        let (oid, parameters) = match self.algorithm {
+            KeyAlgorithm::Ed25519 => (ED25519, None),
+            KeyAlgorithm::EcdsaP256 => (ECDSA_WITH_SHA256, None),
+            KeyAlgorithm::Rsa => (SHA256_WITH_RSA, Some(x509_cert::der::asn1::Any::null())),
+        };
+        Ok(x509_cert::spki::AlgorithmIdentifierOwned { oid, parameters })
+    }
+}
+
+impl signature::Signer<CaSignature> for CaSigner {
+    fn try_sign(&self, msg: &[u8]) -> Result<CaSignature, signature::Error> {
+        use rcgen::SigningKey as _;
+        self.key
+            .sign(msg)
+            .map(CaSignature)
+            .map_err(|_| signature::Error::new())
+    }
 }
 
 /// Every certificate of a PEM bundle (the accepted CAs trustd returns, one after another).
