@@ -447,6 +447,61 @@ fn three_control_planes_join_as_learners_are_promoted_and_share_the_data() {
     ] {
         assert!(text(&out).contains(line), "{line}: {}", text(&out));
     }
+    // The same checks with a talosconfig of two roles (one multi-valued Organization, as
+    // upstream writes it), neither of them admin: health reads nothing sensitive (a node's
+    // machine type, not its configuration); a snapshot is for etcd:backup, a reboot is not.
+    let dir = tempfile::tempdir().unwrap();
+    let backup = dir.path().join("backup-talosconfig");
+    let out = cluster.talosctl(&[
+        "-n",
+        cps[0].ip.as_str(),
+        "config",
+        "new",
+        &backup.to_string_lossy(),
+        "--roles",
+        "os:reader,os:etcd:backup",
+    ]);
+    assert!(out.status.success(), "config new: {}", text(&out));
+    let as_backup = |args: &[&str]| {
+        cluster
+            .command()
+            .env("TALOSCONFIG", &backup)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = as_backup(&["config", "info"]);
+    assert!(
+        text(&out).contains("Roles:               os:etcd:backup, os:reader"),
+        "{}",
+        text(&out)
+    );
+    let out = as_backup(&["-n", &all, "health", "--wait-timeout", "60s"]);
+    assert!(out.status.success(), "health as a reader: {}", text(&out));
+    assert!(
+        text(&out).contains("waiting for etcd members to be control plane nodes: OK"),
+        "{}",
+        text(&out)
+    );
+    let db = dir.path().join("backup.db");
+    let out = as_backup(&[
+        "-n",
+        cps[0].ip.as_str(),
+        "etcd",
+        "snapshot",
+        &db.to_string_lossy(),
+    ]);
+    assert!(
+        out.status.success(),
+        "snapshot as etcd:backup: {}",
+        text(&out)
+    );
+    let out = as_backup(&["-n", cps[0].ip.as_str(), "reboot"]);
+    assert!(
+        !out.status.success() && text(&out).contains("permission denied"),
+        "{}",
+        text(&out)
+    );
 
     etcd_operations(&rt, &cluster, &cps, &voters);
 
