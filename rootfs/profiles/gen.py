@@ -14,6 +14,7 @@ import json, os
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET = 1, 2, 10, 16, 17
 FIONBIO = 0x5421
+FIONREAD = 0x541B
 PR_SET_NAME = 15
 PR_SET_DUMPABLE = 4
 # CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
@@ -179,6 +180,17 @@ MKFS = STARTUP + [
          "(seen under qemu TCG)"), call("time"), call("clock_getres"), call("getcpu"),
 ] + [call("ioctl", name, [arg_eq(1, num, name)]) for num, name in BLK_IOCTLS]
 
+# glibc's resolver (getaddrinfo of a control plane endpoint by name; static glibc 2.36,
+# measured with `strace -f -c` resolving a name through a name server): the queries of A and AAAA
+# in one sendmmsg on a connected UDP socket, FIONREAD before each recvfrom, uname for the
+# search domain. The sockets, connect, poll and recvfrom are the daemons' own already.
+RESOLVER = [
+    call("sendmmsg", "glibc's resolver: the A and AAAA queries at once"),
+    call("uname", "glibc's resolver: the host's domain"),
+    call("ioctl", "FIONREAD: glibc's resolver sizes an answer before reading it",
+         [arg_eq(1, FIONREAD, "FIONREAD")]),
+]
+
 # trustd: a stated client and a TLS server on TCP 50001; on a worker, a TLS client of a control
 # plane's trustd (landlock allows binding and connecting to that port only).
 TRUSTD = STARTUP + RUNTIME + [
@@ -192,7 +204,7 @@ TRUSTD = STARTUP + RUNTIME + [
     call("getsockopt", "SO_ERROR after a non-blocking connect"),
     call("sendto"), call("recvfrom"), call("sendmsg"), call("recvmsg"),
     call("shutdown"), call("getpeername"), call("getsockname"),
-]
+] + RESOLVER
 
 # apid: a client of stated and of init's control socket, a TLS server on TCP 50000 and a TLS
 # client of other nodes' apid (landlock allows binding and connecting to that port only).
@@ -226,7 +238,7 @@ K8SD = STARTUP + RUNTIME + [
     call("statx"), call("lseek"),
     call("bind", "the static pod server on 127.0.0.1 (landlock: the port the kernel picks only)"),
     call("listen"), call("accept4", "the static pod server's clients (a kubelet)"),
-]
+] + RESOLVER
 
 # A program that only sleeps: coreutils sleep, the requested-service test workload.
 SERVICE = STARTUP + [

@@ -12,6 +12,7 @@
 //! /etc/talos/seccomp/*.json      the seccomp profiles (compiled into init; shipped for audit)
 //! /etc/{os-release,passwd,group} one user per daemon of the manifest
 //! /etc/{resolv.conf,hosts,hostname} -> /system/network/etc/*   (networkd renders them)
+//! /etc/nsswitch.conf             `hosts: files dns` (glibc's resolver: trustd, k8sd)
 //! /etc/kubernetes -> /system/kubernetes                          (k8sd writes the kubelet's files)
 //! /dev /proc /sys /run /tmp      mount points (init mounts /proc, /run, /tmp)
 //! /system /var                   the node's writable state
@@ -306,6 +307,9 @@ pub fn plan(inputs: &Inputs) -> Result<Image, Error> {
     for f in ["resolv.conf", "hosts", "hostname"] {
         image.symlink(&format!("etc/{f}"), &format!("/system/network/etc/{f}"));
     }
+    // glibc's resolver (trustd, k8sd: a control plane endpoint by name): /etc/hosts first,
+    // then DNS. Without the file glibc asks DNS first, and with no name server it fails.
+    image.file("etc/nsswitch.conf", 0o644, b"hosts: files dns\n".to_vec());
     image.symlink("etc/mtab", "/proc/self/mounts");
     image.symlink("etc/kubernetes", "/system/kubernetes");
 

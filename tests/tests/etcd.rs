@@ -329,7 +329,15 @@ fn members(cluster: &Cluster, node: &NodeInfo) -> Result<Vec<(String, String, bo
 fn three_control_planes_join_as_learners_are_promoted_and_share_the_data() {
     require_root!();
     let _one = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cluster = Cluster::builder().controlplanes(3).workers(1).create();
+    // The control plane endpoint is a DNS name, as most clusters have it: the cluster's
+    // dnsmasq answers it (the nodes' name server by DHCP); the control planes join etcd and
+    // the worker's trustd asks for its certificate through it.
+    let mut cluster = Cluster::builder()
+        .controlplanes(3)
+        .workers(1)
+        .arg("--endpoint")
+        .arg("k8s.example.com")
+        .create();
     let nodes = cluster.nodes();
     let cps: Vec<&NodeInfo> = nodes.iter().filter(|n| n.role == "controlplane").collect();
     let worker = nodes.iter().find(|n| n.role == "worker").unwrap();
@@ -414,6 +422,18 @@ fn three_control_planes_join_as_learners_are_promoted_and_share_the_data() {
         .find(|(name, _, _)| *name == cps[2].name)
         .unwrap();
     assert!(text(&out).contains(&third.1), "{}", text(&out));
+
+    // The worker's apid certificate was signed by the trustd the name led to.
+    let out = cluster.talosctl(&["-n", &worker.ip, "get", "signedcertificates", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let signed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(signed["spec"]["error"], "", "{signed}");
+    assert!(
+        signed["spec"]["endpoint"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("k8s.example.com")),
+        "{signed}"
+    );
 
     // The worker runs no etcd.
     assert!(etcd_service(&rt, &cluster, worker).is_err());

@@ -86,6 +86,44 @@ pub fn client_endpoint(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| format!("https://{host}:{CLIENT_PORT}"))
 }
 
+/// `endpoints` (`https://host:2379`) with every host that is a name resolved (the node's
+/// resolver: networkd's /etc/hosts and name servers), as `https://IP:2379` each, this node's
+/// own addresses (`own`) left out. A name becomes addresses so that the members' certificates
+/// are checked against the addresses they carry (a control plane endpoint's name, such as
+/// `k8s.example.com`, is in no etcd certificate).
+///
+/// # Errors
+///
+/// A name that does not resolve, saying so.
+pub async fn resolve(
+    endpoints: &[String],
+    own: &[std::net::IpAddr],
+) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for ep in endpoints {
+        let host = ep
+            .strip_prefix("https://")
+            .and_then(|r| r.rsplit_once(':'))
+            .map_or(ep.as_str(), |(h, _)| h);
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let ips: Vec<std::net::IpAddr> = match bare.parse::<std::net::IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => tokio::net::lookup_host((bare, CLIENT_PORT))
+                .await
+                .map_err(|e| format!("cannot resolve {bare}: {e}"))?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        for ip in ips {
+            let url = super::args::url(ip, CLIENT_PORT);
+            if !own.contains(&ip) && !out.contains(&url) {
+                out.push(url);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The `--initial-cluster` of a member list after our addition (`new_id`: ours).
 fn initial_cluster(members: &[etcd_client::Member], new_id: u64, name: &str) -> String {
     let mut out = Vec::new();
@@ -218,6 +256,30 @@ pub async fn promote(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn names_resolve_to_addresses_without_the_nodes_own() {
+        let own: Vec<std::net::IpAddr> = vec!["10.5.0.3".parse().unwrap()];
+        let eps = [
+            "https://localhost:2379".to_string(),
+            "https://10.5.0.3:2379".to_string(),
+            "https://[fd00::2]:2379".to_string(),
+        ];
+        let got = resolve(&eps, &own).await.unwrap();
+        assert!(
+            got.contains(&"https://127.0.0.1:2379".to_string()),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|e| e.contains("10.5.0.3")), "{got:?}");
+        assert!(
+            got.contains(&"https://[fd00::2]:2379".to_string()),
+            "{got:?}"
+        );
+        let e = resolve(&["https://no-such-name.invalid:2379".to_string()], &own)
+            .await
+            .unwrap_err();
+        assert!(e.contains("cannot resolve no-such-name.invalid"), "{e}");
+    }
 
     #[test]
     fn the_control_plane_endpoint_gives_a_client_endpoint() {

@@ -557,22 +557,27 @@ impl ServiceController {
         let Some(certs) = ctx.get::<EtcdCertsSpec>(SECRETS, SECRETS_ETCD_ID).await? else {
             return Ok(None);
         };
-        let why = if endpoints.is_empty() {
-            "no other control plane to join through (this node is the control plane endpoint)"
-                .to_string()
-        } else {
-            let peers: Vec<String> = spec
-                .advertised_addresses
-                .iter()
-                .map(|ip| super::args::url(*ip, PEER_PORT))
-                .collect();
-            match super::join::add_learner(&certs.spec, &endpoints, &spec.name, &peers).await {
-                Ok((id, initial_cluster)) => {
-                    tracing::info!(member = %format!("{id:016x}"), %initial_cluster, "added to the etcd cluster as a learner");
-                    self.join_logged = None;
-                    return Ok(Some(initial_cluster));
+        // A name (`https://k8s.example.com:6443`) joins through the addresses it resolves to.
+        let why = match super::join::resolve(&endpoints, &spec.advertised_addresses).await {
+            Err(why) => why,
+            Ok(endpoints) if endpoints.is_empty() => {
+                "no other control plane to join through (this node is the control plane endpoint)"
+                    .to_string()
+            }
+            Ok(endpoints) => {
+                let peers: Vec<String> = spec
+                    .advertised_addresses
+                    .iter()
+                    .map(|ip| super::args::url(*ip, PEER_PORT))
+                    .collect();
+                match super::join::add_learner(&certs.spec, &endpoints, &spec.name, &peers).await {
+                    Ok((id, initial_cluster)) => {
+                        tracing::info!(member = %format!("{id:016x}"), %initial_cluster, "added to the etcd cluster as a learner");
+                        self.join_logged = None;
+                        return Ok(Some(initial_cluster));
+                    }
+                    Err(e) => e,
                 }
-                Err(e) => e,
             }
         };
         if self.join_logged.is_none_or(|t| t.elapsed() >= JOIN_LOG) {

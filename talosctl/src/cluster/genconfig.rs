@@ -25,6 +25,7 @@ pub fn node_config(
     hostname: &str,
     role: Role,
     endpoint: &str,
+    cert_sans: &[String],
 ) -> anyhow::Result<String> {
     let machine_type = match role {
         Role::Controlplane => MachineType::ControlPlane,
@@ -44,8 +45,10 @@ pub fn node_config(
         });
         // apid will be published on the host's 127.0.0.1 (as upstream's docker provisioner
         // does): its certificate must name it.
-        if !machine.cert_sans.iter().any(|s| s == "127.0.0.1") {
-            machine.cert_sans.push("127.0.0.1".to_string());
+        for san in std::iter::once("127.0.0.1").chain(cert_sans.iter().map(String::as_str)) {
+            if !machine.cert_sans.iter().any(|s| s == san) {
+                machine.cert_sans.push(san.to_string());
+            }
         }
     }
     let text = config.to_yaml()?;
@@ -80,7 +83,8 @@ mod tests {
     fn generated_configs_are_valid_for_both_roles_and_only_a_control_plane_has_keys() {
         let s = secrets().unwrap();
         for role in [Role::Controlplane, Role::Worker] {
-            let text = node_config(&s, "demo", "demo-x-1", role, "https://10.5.0.2:6443").unwrap();
+            let text =
+                node_config(&s, "demo", "demo-x-1", role, "https://10.5.0.2:6443", &[]).unwrap();
             let config = Config::from_yaml(&text).unwrap();
             config.validate(ValidationMode::Container).unwrap();
             let m = config.machine().unwrap();

@@ -185,6 +185,34 @@ pub struct CreateArgs {
     /// qemu: the initramfs [default: initramfs.cpio.gz beside the image tree].
     #[arg(long, value_name = "FILE")]
     initrd_path: Option<PathBuf>,
+    /// The control plane endpoint's host: `cluster.controlPlane.endpoint` is
+    /// `https://HOST:6443` [default: the first control plane's address]. A name (such as
+    /// `k8s.example.com`) is answered by the cluster's dnsmasq, the nodes' name server (by
+    /// DHCP), with the first control plane's address, and is in the control planes' certSANs.
+    #[arg(long, value_name = "HOST")]
+    endpoint: Option<String>,
+}
+
+/// `--endpoint`: an IP address, or a DNS name (letters, digits, `-`, dots; no scheme, no
+/// port): `Ok(Some(name))` for a name dnsmasq must answer.
+fn endpoint_host(host: &str) -> anyhow::Result<Option<String>> {
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(None);
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    if host.len() > 253 || !host.split('.').all(label_ok) {
+        anyhow::bail!(
+            "--endpoint {host:?} is neither an IP address nor a DNS name (give the host only: \
+             `k8s.example.com`, not `https://k8s.example.com:6443`)"
+        );
+    }
+    Ok(Some(host.to_ascii_lowercase()))
 }
 
 /// Arguments of `cluster show`.
@@ -474,7 +502,20 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
     let mut nodes = Vec::new();
     let secrets = genconfig::secrets()?;
     let first_cp = net::host(network, prefix, 2).context("the network has no room")?;
-    let endpoint = format!("https://{first_cp}:6443");
+    let endpoint_name = args
+        .endpoint
+        .as_deref()
+        .map(endpoint_host)
+        .transpose()?
+        .flatten();
+    let endpoint = match (&args.endpoint, &endpoint_name) {
+        (Some(_), Some(name)) => format!("https://{name}:6443"),
+        (Some(ip), None) => match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(v6)) => format!("https://[{v6}]:6443"),
+            _ => format!("https://{ip}:6443"),
+        },
+        (None, _) => format!("https://{first_cp}:6443"),
+    };
     let roles = (1..=args.controlplanes)
         .map(|i| (Role::Controlplane, i))
         .chain((1..=args.workers).map(|i| (Role::Worker, i)));
@@ -500,7 +541,13 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
             api_port: None,
             disk: qemu.then(|| dir.join("nodes").join(&name).join("disk.raw")),
         };
-        let base = genconfig::node_config(&secrets, &which.name, &name, role, &endpoint)?;
+        // A control plane's certificates name the endpoint's name: the workers' trustd and the
+        // other control planes reach it by that name.
+        let sans: Vec<String> = match role {
+            Role::Controlplane => endpoint_name.iter().cloned().collect(),
+            Role::Worker => Vec::new(),
+        };
+        let base = genconfig::node_config(&secrets, &which.name, &name, role, &endpoint, &sans)?;
         let base = if qemu {
             genconfig::for_vm(&base)?
         } else {
@@ -552,6 +599,7 @@ fn plan(args: &CreateArgs) -> anyhow::Result<Plan> {
         bridge: "br0".into(),
         nodes: nodes.iter().map(|p| p.node.clone()).collect(),
         dnsmasq: None,
+        endpoint_name,
         objects: Vec::new(),
         created: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -866,8 +914,8 @@ fn claim_netns(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts dnsmasq in the cluster's network namespace: DHCP only (no DNS), a static lease per
-/// node by MAC, its pid, lease and log files in the cluster directory.
+/// Starts dnsmasq in the cluster's network namespace: DHCP (a static lease per node by MAC),
+/// and DNS only for an endpoint by name; its pid, lease and log files in the cluster directory.
 fn start_dnsmasq(cluster: &Cluster, network: Ipv4Addr, prefix: u8) -> anyhow::Result<Proc> {
     let dir = &cluster.dir;
     let log = dir.join("dnsmasq.log");
@@ -879,7 +927,6 @@ fn start_dnsmasq(cluster: &Cluster, network: Ipv4Addr, prefix: u8) -> anyhow::Re
         .args([
             "--keep-in-foreground",
             "--conf-file=/dev/null",
-            "--port=0",
             "--bind-interfaces",
             "--dhcp-authoritative",
             "--log-dhcp",
@@ -899,6 +946,21 @@ fn start_dnsmasq(cluster: &Cluster, network: Ipv4Addr, prefix: u8) -> anyhow::Re
         .arg(format!("--log-facility={}", log.display()));
     for n in &cluster.nodes {
         cmd.arg(format!("--dhcp-host={},{},{}", n.mac, n.ip, n.name));
+    }
+    match (&cluster.endpoint_name, cluster.nodes.first()) {
+        // The endpoint by name: dnsmasq answers it (and nothing else: no upstream server, not
+        // this host's /etc/hosts) and is the nodes' name server by DHCP.
+        (Some(name), Some(cp)) => {
+            cmd.args(["--port=53", "--no-resolv", "--no-hosts"])
+                .arg(format!("--host-record={name},{}", cp.ip))
+                .arg(format!(
+                    "--dhcp-option=option:dns-server,{}",
+                    cluster.gateway
+                ));
+        }
+        _ => {
+            cmd.arg("--port=0");
+        }
     }
     let console = std::fs::File::create(dir.join("dnsmasq.out"))?;
     use std::os::unix::process::CommandExt as _;

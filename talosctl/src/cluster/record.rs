@@ -280,6 +280,10 @@ pub struct Cluster {
     /// dnsmasq.
     #[serde(default)]
     pub dnsmasq: Option<Proc>,
+    /// The control plane endpoint's name (`--endpoint`), which dnsmasq answers; `None` for an
+    /// address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_name: Option<String>,
     /// Everything created, oldest first.
     pub objects: Vec<Object>,
     /// Unix time of the creation.
@@ -368,6 +372,7 @@ mod tests {
             bridge: "br0".into(),
             nodes: vec![],
             dnsmasq: None,
+            endpoint_name: None,
             objects: vec![],
             created: 1,
         };
