@@ -72,6 +72,33 @@ fn cap_malloc_arenas(workers: usize) {
     let _ = workers;
 }
 
+/// How often a daemon looks at the memory its allocator holds free.
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// Free memory held by the allocator beyond which it is given back to the kernel.
+const TRIM_ABOVE: usize = 1 << 20;
+
+/// Gives the memory glibc's allocator holds free back to the kernel (`malloc_trim`) when there
+/// is more than [`TRIM_ABOVE`] of it: what a burst of requests allocated (10,000 watches of
+/// made-up types left stated 12 MiB larger after every structure was freed) does not stay
+/// resident, and a repeated burst does not add to it. Returns the bytes free before, or `None`
+/// without glibc (nothing to do).
+pub fn trim_free_memory() -> Option<usize> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 reads the allocator's statistics under its own locks and returns
+        // them by value.
+        let info = unsafe { libc::mallinfo2() };
+        if info.fordblks > TRIM_ABOVE {
+            // SAFETY: malloc_trim releases free pages of the allocator's arenas under its own
+            // locks; it frees nothing that is in use.
+            let _ = unsafe { libc::malloc_trim(0) };
+        }
+        Some(info.fordblks)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
 impl Daemon {
     /// Sets up logging to stderr (init keeps it; `RUST_LOG` wins over `log_level`, an
     /// `EnvFilter` such as `info` or `networkd=debug`) and hardens the process. On a bad
@@ -139,6 +166,17 @@ impl Daemon {
                 return ExitCode::FAILURE;
             }
         };
+        // Freed memory goes back to the kernel (see `trim_free_memory`).
+        rt.spawn(async {
+            let mut every = tokio::time::interval(TRIM_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                if trim_free_memory().is_none() {
+                    return;
+                }
+            }
+        });
         match rt.block_on(body) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -861,6 +861,11 @@ impl Store {
         });
         if empty {
             inner.collections.remove(&key);
+            // A burst of watches of made-up types grew the map: its room goes with them.
+            let (len, cap) = (inner.collections.len(), inner.collections.capacity());
+            if cap > 256 && len * 4 < cap {
+                inner.collections.shrink_to(len * 2);
+            }
         }
     }
 
