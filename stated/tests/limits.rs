@@ -296,7 +296,7 @@ async fn a_repeated_burst_of_watches_of_made_up_types_leaves_no_memory_behind() 
     // A stated process of its own (its memory is what is measured), as a node runs it.
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s.sock");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_stated"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_stated"))
         .arg("--socket")
         .arg(&sock)
         .arg("--run-dir")
