@@ -1,7 +1,8 @@
 //! `storage.StorageService`: upstream's `Disks` (what upstream's `talosctl disks` calls), from
-//! blockd's `Disk` resources in `block`.
+//! blockd's `Disk` resources in `block`; `system_disk` is the disk of `SystemDisks/system-disk`
+//! (the one the system volumes are on).
 
-use machinery::resources::block::{DiskSpec, NAMESPACE};
+use machinery::resources::block::{DiskSpec, SystemDiskSpec, NAMESPACE, SYSTEM_DISK_ID};
 use proto::storage::storage_service_server::StorageService;
 use proto::storage::{disk::DiskType, Disk, Disks, DisksResponse};
 use tonic::{Request, Response, Status};
@@ -32,14 +33,27 @@ pub fn disk_type(d: &DiskSpec) -> DiskType {
 #[tonic::async_trait]
 impl StorageService for Storage {
     async fn disks(&self, _: Request<()>) -> Result<Response<DisksResponse>, Status> {
+        let unavailable =
+            |e: cosi::StateError| Status::unavailable(format!("stated is not answering apid: {e}"));
+        // The disk the system volumes are on (blockd's `SystemDisks/system-disk`).
+        let system = match self
+            .client
+            .get_typed::<SystemDiskSpec>(NAMESPACE, SYSTEM_DISK_ID)
+            .await
+        {
+            Ok(r) => Some(r.spec.disk_id),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(unavailable(e)),
+        };
         let disks = self
             .client
             .list_typed::<DiskSpec>(NAMESPACE)
             .await
-            .map_err(|e| Status::unavailable(format!("stated is not answering apid: {e}")))?
+            .map_err(unavailable)?
             .into_iter()
             .filter(|d| !d.spec.cdrom)
             .map(|d| {
+                let system_disk = system.as_deref() == Some(d.metadata.id.as_str());
                 let s = d.spec;
                 Disk {
                     size: s.size,
@@ -52,7 +66,7 @@ impl StorageService for Storage {
                     wwid: s.wwid.clone(),
                     r#type: disk_type(&s) as i32,
                     bus_path: s.bus_path.clone(),
-                    system_disk: false,
+                    system_disk,
                     subsystem: s.sub_system.clone(),
                 }
             })

@@ -29,6 +29,12 @@ struct Args {
     /// The uid (and gid) mkfs runs as: within blockd's envelope in the daemon manifest.
     #[arg(long, default_value_t = 1_990_001_500)]
     mkfs_uid: u32,
+    /// blkid on the node: asked (a requested service) what a disk holds before it is written.
+    #[arg(long, default_value = "/usr/bin/blkid")]
+    blkid: PathBuf,
+    /// The uid (and gid) blkid runs as: within blockd's envelope in the daemon manifest.
+    #[arg(long, default_value_t = 1_990_001_501)]
+    blkid_uid: u32,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -57,6 +63,10 @@ fn main() -> ExitCode {
             format: blockd::volumes::FormatOptions {
                 mkfs_xfs: args.mkfs_xfs,
                 uid: args.mkfs_uid,
+                blkid: blockd::blkid::BlkidOptions {
+                    binary: args.blkid,
+                    uid: args.blkid_uid,
+                },
             },
         },
     };

@@ -1,8 +1,14 @@
 //! What a disk or a partition holds: its partition table (GPT, through the `gpt` crate) and the
-//! filesystem superblocks of the types upstream names (`xfs`, `ext4`, `vfat`, `swap`).
+//! filesystem superblocks of the types upstream names (`xfs`, `ext4`, `vfat`, `swap`), what
+//! volumes are located by. A device on which none of these is found is blank only if its first
+//! and last MiB are zeros ([`Found::in_use`]); before a disk is written, blkid itself (a
+//! service init runs for blockd, [`crate::blkid`]) must find nothing on it either: what this
+//! probe does not know (an MBR, LVM, LUKS, btrfs, ZFS, RAID…) is never taken for blank.
 //!
 //! The superblocks are read here: no kept Rust crate probes filesystems without linking
-//! libblkid (C), and each is a magic number and a few fields at fixed offsets. Everything is
+//! libblkid (C, which would parse what a disk holds inside blockd, with its capability: it runs
+//! as a sandboxed service instead), and each is a magic number and a few fields at fixed
+//! offsets. Everything is
 //! read from one descriptor of the whole disk (a partition at its offset), under a shared
 //! `flock` as udev and blkid take it (a writer holding the exclusive lock, mkfs or a
 //! partitioner, is never read half-way: the probe reports [`ProbeError::Busy`] and is retried).
@@ -60,6 +66,42 @@ pub struct Found {
     /// An xfs superblock mkfs.xfs had not finished (`sb_inprogress`: mkfs was stopped half-way):
     /// no usable filesystem, reported as blank by discovery.
     pub incomplete: bool,
+    /// A whole device on which nothing known was found, but whose first or last MiB holds a
+    /// byte that is not zero: something is there (an MBR, LVM, LUKS, RAID, a filesystem this
+    /// probe does not read): it is in use, never blank.
+    pub in_use: bool,
+}
+
+/// How much of a device's start and of its end must be zeros for it to be blank.
+pub const BLANK_EDGE: u64 = 1024 * 1024;
+
+/// What a device that is [`Found::in_use`] holds, as said to people.
+pub const IN_USE: &str = "data in its first or last MiB";
+
+/// Whether a byte of the first or the last [`BLANK_EDGE`] of `file` (of `size` bytes) is not
+/// zero.
+pub(crate) fn edges_hold_data(file: &mut std::fs::File, size: u64) -> std::io::Result<bool> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let head = BLANK_EDGE.min(size);
+    let tail_from = size.saturating_sub(BLANK_EDGE).max(head);
+    for (from, to) in [(0, head), (tail_from, size)] {
+        file.seek(SeekFrom::Start(from))?;
+        let mut at = from;
+        while at < to {
+            let want = usize::try_from((to - at).min(buf.len() as u64)).unwrap_or(buf.len());
+            let n = match file.read(&mut buf[..want]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if buf[..n].iter().any(|&b| b != 0) {
+                return Ok(true);
+            }
+            at += n as u64;
+        }
+    }
+    Ok(false)
 }
 
 /// A partition of a GPT.
@@ -269,7 +311,11 @@ pub fn probe(path: &Path, sector_size: u64) -> Result<Found, ProbeError> {
         });
     }
     let Some(found) = gpt(&file, sector_size) else {
-        return Ok(Found::default());
+        let size = file.seek(SeekFrom::End(0)).map_err(read_err)?;
+        return Ok(Found {
+            in_use: edges_hold_data(&mut file, size).map_err(read_err)?,
+            ..Found::default()
+        });
     };
     let mut found = found;
     for p in &mut found.partitions {

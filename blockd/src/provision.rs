@@ -1,6 +1,7 @@
 //! Partitioning a blank disk for the system volumes (a GPT with STATE and EPHEMERAL), as the
 //! volume manager will do it: only a disk on which nothing is found ([`crate::probe`]: no
-//! partition table, no filesystem) is ever written, under its exclusive `flock` (the lock probes
+//! partition table, no filesystem, nothing but zeros in its first and last MiB; and blkid
+//! found nothing either, which the volume manager asked first) is ever written, under its exclusive `flock` (the lock probes
 //! and udev respect), fixed-size partitions first, growing ones filling what is left, each
 //! aligned to 1 MiB, written by the gpt crate (protective MBR, both headers).
 //!
@@ -81,6 +82,12 @@ pub fn partition_blank_disk(
             found: found.name,
         });
     }
+    if found.in_use {
+        return Err(ProvisionError::NotBlank {
+            path: shown,
+            found: crate::probe::IN_USE.into(),
+        });
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -113,16 +120,22 @@ pub fn partition_blank_disk(
     if let Some(found) = again {
         return Err(ProvisionError::NotBlank { path: shown, found });
     }
-    let lb = if sector_size == 4096 {
-        gpt::disk::LogicalBlockSize::Lb4096
-    } else {
-        gpt::disk::LogicalBlockSize::Lb512
-    };
     let size = {
         use std::io::Seek as _;
         device
             .seek(std::io::SeekFrom::End(0))
             .map_err(|e| io(e.to_string()))?
+    };
+    if crate::probe::edges_hold_data(&mut device, size).map_err(|e| io(e.to_string()))? {
+        return Err(ProvisionError::NotBlank {
+            path: shown,
+            found: crate::probe::IN_USE.into(),
+        });
+    }
+    let lb = if sector_size == 4096 {
+        gpt::disk::LogicalBlockSize::Lb4096
+    } else {
+        gpt::disk::LogicalBlockSize::Lb512
     };
     let lbas = size / lb.as_u64();
     let mbr = gpt::mbr::ProtectiveMBR::with_lb_size(

@@ -51,6 +51,19 @@ pub struct PartitionInfo {
     pub device_path: String,
     /// Size in bytes.
     pub size: u64,
+    /// Byte offset on the disk.
+    pub start: u64,
+    /// The partition's name in its table (the kernel's `PARTNAME`: a GPT's), empty without one.
+    pub label: String,
+}
+
+/// `PARTNAME` of a partition's `uevent`.
+fn partname(uevent: &str) -> String {
+    uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("PARTNAME="))
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn read(path: &Path) -> String {
@@ -148,6 +161,8 @@ pub fn disk(dir: &Path, name: &str) -> Option<DiskInfo> {
                         .to_string_lossy()
                         .into_owned(),
                     size: read_u64(&e.path().join("size")).saturating_mul(512),
+                    start: read_u64(&e.path().join("start")).saturating_mul(512),
+                    label: partname(&read(&e.path().join("uevent"))),
                 })
                 .collect()
         })
@@ -209,6 +224,12 @@ mod tests {
         std::fs::write(vda.join("device/modalias"), "virtio:d00000002v00001AF4\n").unwrap();
         std::fs::write(vda.join("vda1/partition"), "1\n").unwrap();
         std::fs::write(vda.join("vda1/size"), "2048\n").unwrap();
+        std::fs::write(vda.join("vda1/start"), "2048\n").unwrap();
+        std::fs::write(
+            vda.join("vda1/uevent"),
+            "MAJOR=254\nMINOR=1\nDEVNAME=vda1\nDEVTYPE=partition\nPARTN=1\nPARTNAME=STATE\n",
+        )
+        .unwrap();
         std::fs::create_dir_all(d.path().join("ram0")).unwrap();
         std::fs::write(d.path().join("ram0/size"), "8192\n").unwrap();
         let disks = disks(d.path());
@@ -224,5 +245,7 @@ mod tests {
         assert_eq!(v.partitions[0].name, "vda1");
         assert_eq!(v.partitions[0].number, 1);
         assert_eq!(v.partitions[0].size, 1024 * 1024);
+        assert_eq!(v.partitions[0].start, 1024 * 1024);
+        assert_eq!(v.partitions[0].label, "STATE");
     }
 }

@@ -21,8 +21,10 @@ use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::Resource;
 use machinery::resources::block::{
     pretty_size, CelMatch, DiscoveredVolumeSpec, DiskSpec, FilesystemSpec, PartitionSpec,
-    ProvisioningSpec, VolumeConfigSpec, VolumeMountSpec, VolumeStatusSpec, NAMESPACE,
+    ProvisioningSpec, SystemDiskSpec, VolumeConfigSpec, VolumeMountSpec, VolumeStatusSpec,
+    NAMESPACE, SYSTEM_DISK_ID,
 };
+use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
 use machinery::resources::runtime::{
     MachineStage, MachineStatusSpec, ServicePath, ServiceSpecSpec, ServiceState, ServiceStatusSpec,
     MACHINE_STATUS_ID,
@@ -299,6 +301,8 @@ pub struct FormatOptions {
     pub mkfs_xfs: PathBuf,
     /// The uid (and gid) mkfs runs as: a service never runs as a daemon's.
     pub uid: u32,
+    /// blkid, asked before a disk is written.
+    pub blkid: crate::blkid::BlkidOptions,
 }
 
 impl Default for FormatOptions {
@@ -306,6 +310,7 @@ impl Default for FormatOptions {
         FormatOptions {
             mkfs_xfs: PathBuf::from("/usr/bin/mkfs.xfs"),
             uid: 1_990_001_500,
+            blkid: crate::blkid::BlkidOptions::default(),
         }
     }
 }
@@ -330,6 +335,12 @@ pub struct VolumeManagerController {
     locks: BTreeMap<String, nix::fcntl::Flock<std::fs::File>>,
     /// Formats that failed, by volume ID: not retried until blockd restarts.
     format_failed: BTreeMap<String, String>,
+    /// blkid's verdicts on candidate system disks, by device, with the disk's size then.
+    blkid: BTreeMap<String, (u64, crate::blkid::Verdict)>,
+    /// The disk blkid was asked about (its device and size), until its verdict.
+    asking: Option<(String, u64)>,
+    /// Why no system disk was chosen, as last logged.
+    said: String,
 }
 
 impl VolumeManagerController {
@@ -341,6 +352,9 @@ impl VolumeManagerController {
             formatting: BTreeMap::new(),
             locks: BTreeMap::new(),
             format_failed: BTreeMap::new(),
+            blkid: BTreeMap::new(),
+            asking: None,
+            said: String::new(),
         }
     }
 }
@@ -397,17 +411,101 @@ pub fn mkfs_spec(
     }
 }
 
-/// The first disk a new system layout may go on: writable, not a CD, found blank, big
-/// enough for every partition's minimum (with 2 MiB for the GPT and alignment), by name.
-fn blank_disk<'a>(
+/// The disk the machine's configuration names for the system (upstream's install disk):
+/// `machine.install.diskSelector` (it wins, as upstream's), else `machine.install.disk`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum InstallDisk {
+    /// `machine.install.disk`.
+    Disk(String),
+    /// `machine.install.diskSelector`.
+    Selector(machinery::config::v1alpha1::InstallDiskSelector),
+    /// Neither (or no configuration): no disk is written.
+    #[default]
+    Unset,
+}
+
+impl InstallDisk {
+    /// What the configuration text `config` names.
+    pub fn of(config: Option<&str>) -> Self {
+        let Some(config) = config.and_then(|t| machinery::config::Config::from_yaml(t).ok()) else {
+            return InstallDisk::Unset;
+        };
+        let install = config
+            .v1alpha1
+            .as_ref()
+            .and_then(|v| v.machine.as_ref())
+            .and_then(|m| m.install.as_ref());
+        match install {
+            Some(i) if i.disk_selector.is_some() => {
+                InstallDisk::Selector(i.disk_selector.clone().unwrap_or_default())
+            }
+            Some(i) if i.disk.as_deref().is_some_and(|d| !d.is_empty()) => {
+                InstallDisk::Disk(i.disk.clone().unwrap_or_default())
+            }
+            _ => InstallDisk::Unset,
+        }
+    }
+
+    /// Whether `disk` is one it names (`Err`: the selector cannot be evaluated).
+    fn names(&self, disk: &DiskSpec) -> Result<bool, String> {
+        match self {
+            InstallDisk::Disk(d) => Ok(*d == disk.dev_path),
+            InstallDisk::Selector(s) => s.matches(disk),
+            InstallDisk::Unset => Ok(false),
+        }
+    }
+
+    /// How it is named, for people.
+    fn said(&self) -> &'static str {
+        match self {
+            InstallDisk::Disk(_) => "machine.install.disk",
+            InstallDisk::Selector(_) => "machine.install.diskSelector",
+            InstallDisk::Unset => "no install disk",
+        }
+    }
+}
+
+/// Where the choice of the system disk stands.
+#[derive(Debug, PartialEq)]
+enum Choice<'a> {
+    /// This disk, found blank by every probe.
+    Disk(&'a DiskSpec),
+    /// blkid must be asked about this disk first (the first candidate it has not answered).
+    AskBlkid(&'a DiskSpec),
+    /// None: why.
+    None(String),
+}
+
+/// The disk a new system layout goes on, as upstream chooses its install disk: the disks the
+/// configuration names (`install`), in ID order, the first that is writable, not a CD, big
+/// enough for every partition's minimum (`need`) and on which nothing is found: by blockd's
+/// probe (`volumes`: no partition table or filesystem it knows; `in_use`: no data in the first
+/// or last MiB) and by blkid (`blkid`). Never a disk the configuration does not name, and
+/// never a disk with anything on it: each one passed over is said, with why.
+fn choose_system_disk<'a>(
+    install: &InstallDisk,
     disks: &'a [DiskSpec],
     volumes: &[DiscoveredVolumeSpec],
     need: u64,
-) -> Result<&'a DiskSpec, String> {
-    let mut why = Vec::new();
+    in_use: &BTreeMap<String, Result<bool, String>>,
+    blkid: &BTreeMap<String, crate::blkid::Verdict>,
+) -> Choice<'a> {
+    if *install == InstallDisk::Unset {
+        return Choice::None(
+            "the configuration names no install disk (machine.install.disk or diskSelector): \
+             no disk is written"
+                .into(),
+        );
+    }
     let mut sorted: Vec<&DiskSpec> = disks.iter().collect();
     sorted.sort_by(|a, b| a.dev_path.cmp(&b.dev_path));
+    let mut why = Vec::new();
     for d in sorted {
+        match install.names(d) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => return Choice::None(format!("{}: {e}", install.said())),
+        }
         let whole = volumes
             .iter()
             .find(|v| v.kind == "disk" && v.dev_path == d.dev_path);
@@ -418,19 +516,32 @@ fn blank_disk<'a>(
         } else if d.size < need {
             format!("{} < {} needed", pretty_size(d.size), pretty_size(need))
         } else {
-            match whole {
-                None => "not probed yet".to_string(),
-                Some(v) if !v.name.is_empty() => format!("holds {}", v.name),
-                Some(_) => return Ok(d),
+            match (whole, in_use.get(&d.dev_path), blkid.get(&d.dev_path)) {
+                (None, _, _) => "not probed yet".to_string(),
+                (Some(v), _, _) if !v.name.is_empty() => format!("holds {}", v.name),
+                (_, Some(Err(e)), _) => format!("cannot be read ({e})"),
+                (_, None, _) => "not probed yet".to_string(),
+                (_, Some(Ok(true)), Some(v)) => format!(
+                    "holds {}",
+                    v.holds()
+                        .unwrap_or_else(|| crate::probe::IN_USE.to_string())
+                ),
+                (_, Some(Ok(_)), None) => return Choice::AskBlkid(d),
+                (_, Some(Ok(false)), Some(v)) => match v.holds() {
+                    None => return Choice::Disk(d),
+                    Some(what) => format!("holds {what}"),
+                },
             }
         };
         why.push(format!("{}: {reason}", d.dev_path));
     }
     if why.is_empty() {
-        Err("no disk".into())
+        Choice::None(format!("{} names no disk of this machine", install.said()))
     } else {
-        Err(format!(
-            "no blank disk for the system volumes ({})",
+        Choice::None(format!(
+            "no disk for the system volumes ({}: {}; nothing is ever written over a disk that \
+             holds anything)",
+            install.said(),
             why.join("; ")
         ))
     }
@@ -449,6 +560,7 @@ impl Controller for VolumeManagerController {
             Input::weak::<ServiceStatusSpec>(machinery::resources::runtime::NAMESPACE),
             Input::weak::<MachineStatusSpec>(machinery::resources::runtime::NAMESPACE)
                 .with_id(MACHINE_STATUS_ID),
+            Input::weak::<MachineConfigSpec>(REDACTED_NAMESPACE).with_id(ACTIVE_ID),
         ]
     }
 
@@ -456,6 +568,7 @@ impl Controller for VolumeManagerController {
         vec![
             Output::exclusive::<VolumeStatusSpec>(),
             Output::exclusive::<ServiceSpecSpec>().in_namespace(NAMESPACE),
+            Output::exclusive::<SystemDiskSpec>(),
         ]
     }
 
@@ -530,6 +643,8 @@ impl Controller for VolumeManagerController {
             }
             ctx.apply_all(std::iter::empty::<Resource<ServiceSpecSpec>>())
                 .await?;
+            self.apply_system_disk(ctx, &configs, &statuses, &disks)
+                .await?;
             ctx.apply_all(
                 statuses
                     .into_iter()
@@ -538,6 +653,14 @@ impl Controller for VolumeManagerController {
             .await?;
             return Ok(Action::AwaitChange);
         }
+        let services: BTreeMap<String, ServiceStatusSpec> = ctx
+            .list::<ServiceStatusSpec>(machinery::resources::runtime::NAMESPACE)
+            .await?
+            .into_iter()
+            .map(|r| (r.metadata.id, r.spec))
+            .collect();
+        // The services asked this cycle: mkfs for blank partitions, blkid for a disk.
+        let mut asked_now: Vec<Resource<ServiceSpecSpec>> = Vec::new();
 
         // Nothing of the system layout anywhere: partition a blank disk for all of it.
         let wanted: Vec<usize> = configs
@@ -552,8 +675,35 @@ impl Controller for VolumeManagerController {
                 .map(|&i| configs[i].spec.provisioning.partition_spec.min_size)
                 .sum::<u64>()
                 + 2 * MIB;
-            match blank_disk(&disks, &volumes, need) {
-                Ok(disk) => {
+            let install = InstallDisk::of(
+                ctx.get::<MachineConfigSpec>(REDACTED_NAMESPACE, ACTIVE_ID)
+                    .await?
+                    .map(|c| c.spec.0)
+                    .as_deref(),
+            );
+            let in_use = in_use_of(&install, &disks, &volumes).await?;
+            let verdicts: BTreeMap<String, crate::blkid::Verdict> = self
+                .blkid
+                .iter()
+                .filter(|(dev, (size, _))| {
+                    disks.iter().any(|d| d.dev_path == **dev && d.size == *size)
+                })
+                .map(|(dev, (_, v))| (dev.clone(), v.clone()))
+                .collect();
+            match choose_system_disk(&install, &disks, &volumes, need, &in_use, &verdicts) {
+                Choice::AskBlkid(disk) => {
+                    asked_now.extend(self.ask_blkid(disk, &services));
+                    for &i in &wanted {
+                        statuses[i].1.error_message = format!(
+                            "not found; asking blkid what {} ({}) holds before anything is \
+                             written to it",
+                            disk.dev_path,
+                            install.said()
+                        );
+                    }
+                    again = true;
+                }
+                Choice::Disk(disk) => {
                     let specs: Vec<PartitionSpec> = wanted
                         .iter()
                         .map(|&i| configs[i].spec.provisioning.partition_spec.clone())
@@ -609,7 +759,11 @@ impl Controller for VolumeManagerController {
                         }
                     }
                 }
-                Err(why) => {
+                Choice::None(why) => {
+                    if self.said != why {
+                        tracing::info!(reason = %why, "the system volumes are not written to any disk");
+                        self.said.clone_from(&why);
+                    }
                     for &i in &wanted {
                         statuses[i].1.error_message = format!("not found; {why}");
                     }
@@ -618,12 +772,6 @@ impl Controller for VolumeManagerController {
         }
 
         // Blank partitions of ours: formatted by the mkfs service, under the disk's lock.
-        let services: BTreeMap<String, ServiceStatusSpec> = ctx
-            .list::<ServiceStatusSpec>(machinery::resources::runtime::NAMESPACE)
-            .await?
-            .into_iter()
-            .map(|r| (r.metadata.id, r.spec))
-            .collect();
         let asked: BTreeMap<String, ServiceSpecSpec> = ctx
             .list::<ServiceSpecSpec>(NAMESPACE)
             .await?
@@ -768,7 +916,10 @@ impl Controller for VolumeManagerController {
             }
         }
         self.release_idle_locks();
+        mkfs.extend(asked_now);
         ctx.apply_all(mkfs).await?;
+        self.apply_system_disk(ctx, &configs, &statuses, &disks)
+            .await?;
         ctx.apply_all(
             statuses
                 .into_iter()
@@ -784,12 +935,109 @@ impl Controller for VolumeManagerController {
 }
 
 impl VolumeManagerController {
+    /// Asks blkid about `disk` (its service's spec to apply) unless its verdict came, which is
+    /// then kept; `None` while a status of an earlier run of that service is still there
+    /// (withdrawn first, so that no earlier verdict is taken for this one).
+    fn ask_blkid(
+        &mut self,
+        disk: &DiskSpec,
+        services: &BTreeMap<String, ServiceStatusSpec>,
+    ) -> Option<Resource<ServiceSpecSpec>> {
+        let name = disk.dev_path.rsplit('/').next().unwrap_or_default();
+        let id = crate::blkid::service_id(name);
+        let status = services.get(&id);
+        let this = Some((disk.dev_path.clone(), disk.size));
+        if self.asking != this {
+            if status.is_some() {
+                // A run of before (another size of the disk, a blockd of before): withdrawn.
+                return None;
+            }
+            self.asking = this;
+        } else if let Some(v) = status.and_then(crate::blkid::verdict) {
+            tracing::info!(disk = %disk.dev_path, verdict = ?v, "blkid answered");
+            self.blkid.insert(disk.dev_path.clone(), (disk.size, v));
+            self.asking = None;
+            return None;
+        }
+        Some(Resource::new(
+            NAMESPACE,
+            &id,
+            crate::blkid::spec(&self.format.blkid, &disk.dev_path),
+        ))
+    }
+
+    /// `SystemDisks/system-disk`: the disk STATE is on, once located.
+    async fn apply_system_disk(
+        &self,
+        ctx: &mut Context,
+        configs: &[Resource<VolumeConfigSpec>],
+        statuses: &[(String, VolumeStatusSpec)],
+        disks: &[DiskSpec],
+    ) -> Result<(), ReconcileError> {
+        let state = configs
+            .iter()
+            .zip(statuses)
+            .find(|(c, _)| c.metadata.id == "STATE")
+            .map(|(_, (_, st))| st)
+            .filter(|st| !st.parent_location.is_empty());
+        let disk = state.and_then(|st| disks.iter().find(|d| d.dev_path == st.parent_location));
+        ctx.apply_all(disk.map(|d| {
+            Resource::new(
+                NAMESPACE,
+                SYSTEM_DISK_ID,
+                SystemDiskSpec {
+                    disk_id: d
+                        .dev_path
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                    dev_path: d.dev_path.clone(),
+                },
+            )
+        }))
+        .await?;
+        Ok(())
+    }
+
     /// Drops the lock of every disk no format runs on any more.
     fn release_idle_locks(&mut self) {
         let busy: std::collections::BTreeSet<&String> =
             self.formatting.values().map(|f| &f.disk).collect();
         self.locks.retain(|disk, _| busy.contains(disk));
     }
+}
+
+/// Whether each disk `install` names, on which blockd's probe found nothing it knows, holds data
+/// in its first or last MiB (read now, off the async workers).
+async fn in_use_of(
+    install: &InstallDisk,
+    disks: &[DiskSpec],
+    volumes: &[DiscoveredVolumeSpec],
+) -> Result<BTreeMap<String, Result<bool, String>>, ReconcileError> {
+    let candidates: Vec<(String, u64)> = disks
+        .iter()
+        .filter(|d| install.names(d).unwrap_or(false))
+        .filter(|d| {
+            volumes
+                .iter()
+                .any(|v| v.kind == "disk" && v.dev_path == d.dev_path && v.name.is_empty())
+        })
+        .map(|d| (d.dev_path.clone(), d.sector_size))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        candidates
+            .into_iter()
+            .map(|(dev, sector)| {
+                let r = crate::probe::probe(std::path::Path::new(&dev), sector)
+                    .map(|f| f.in_use || !f.name.is_empty())
+                    .map_err(|e| cosi::error::Chain(&e).to_string());
+                (dev, r)
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| ReconcileError::other(format!("probing ended: {e}")))
 }
 
 /// Takes `disk`'s exclusive lock (as every writer of it does) unless this blockd already
@@ -900,5 +1148,86 @@ mod tests {
         let st = status(&bad, &[v], &[]);
         assert_eq!(st.phase, "failed");
         assert!(st.error_message.contains("does not parse"), "{st:?}");
+    }
+
+    #[test]
+    fn the_system_disk_is_the_first_blank_one_the_configuration_names() {
+        use crate::blkid::Verdict;
+        let disk = |name: &str, size: u64| DiskSpec {
+            dev_path: format!("/dev/{name}"),
+            size,
+            transport: "virtio".into(),
+            ..DiskSpec::default()
+        };
+        let whole = |name: &str, holds: &str| DiscoveredVolumeSpec {
+            dev_path: format!("/dev/{name}"),
+            kind: "disk".into(),
+            name: holds.into(),
+            ..Default::default()
+        };
+        let gb = 1_000_000_000;
+        let disks = [disk("vda", 8 * gb), disk("vdb", 8 * gb), disk("vdc", gb)];
+        let volumes = [whole("vda", ""), whole("vdb", ""), whole("vdc", "")];
+        let need = 3 * gb;
+        let mut in_use = BTreeMap::new();
+        in_use.insert("/dev/vda".to_string(), Ok(true));
+        in_use.insert("/dev/vdb".to_string(), Ok(false));
+        let mut blkid = BTreeMap::new();
+        let sel = InstallDisk::Selector(machinery::config::v1alpha1::InstallDiskSelector {
+            size: Some(">= 1GB".into()),
+            ..Default::default()
+        });
+        // Nothing is chosen by name order alone: without an install disk, no disk.
+        let none = choose_system_disk(&InstallDisk::Unset, &disks, &volumes, need, &in_use, &blkid);
+        assert!(
+            matches!(none, Choice::None(ref w) if w.contains("names no install disk")),
+            "{none:?}"
+        );
+        // vda holds data: blkid is asked to name it first, then it is passed over.
+        assert_eq!(
+            choose_system_disk(&sel, &disks, &volumes, need, &in_use, &blkid),
+            Choice::AskBlkid(&disks[0])
+        );
+        blkid.insert(
+            "/dev/vda".to_string(),
+            Verdict::Found("a partition table (dos)".into()),
+        );
+        assert_eq!(
+            choose_system_disk(&sel, &disks, &volumes, need, &in_use, &blkid),
+            Choice::AskBlkid(&disks[1])
+        );
+        blkid.insert("/dev/vdb".to_string(), Verdict::Nothing);
+        assert_eq!(
+            choose_system_disk(&sel, &disks, &volumes, need, &in_use, &blkid),
+            Choice::Disk(&disks[1])
+        );
+        // blkid finds what blockd's probe does not: then vdb too is passed over, each said why.
+        blkid.insert(
+            "/dev/vdb".to_string(),
+            Verdict::Found("LVM2_member (raid)".into()),
+        );
+        let c = choose_system_disk(&sel, &disks, &volumes, need, &in_use, &blkid);
+        let Choice::None(why) = c else {
+            panic!("{c:?}")
+        };
+        assert!(
+            why.contains("/dev/vda: holds a partition table (dos)"),
+            "{why}"
+        );
+        assert!(why.contains("/dev/vdb: holds LVM2_member (raid)"), "{why}");
+        assert!(why.contains("/dev/vdc: 1.0 GB < 3.0 GB needed"), "{why}");
+        // The disk named is the only one considered.
+        let named = InstallDisk::Disk("/dev/vdc".into());
+        let c = choose_system_disk(&named, &disks, &volumes, need, &in_use, &blkid);
+        assert!(
+            matches!(c, Choice::None(ref w) if w.contains("/dev/vdc") && !w.contains("vda")),
+            "{c:?}"
+        );
+        let nowhere = InstallDisk::Disk("/dev/sdz".into());
+        let c = choose_system_disk(&nowhere, &disks, &volumes, need, &in_use, &blkid);
+        assert!(
+            matches!(c, Choice::None(ref w) if w.contains("names no disk")),
+            "{c:?}"
+        );
     }
 }

@@ -774,6 +774,8 @@ async fn a_blank_loop_disk_gets_the_system_volumes_only_once_configured() {
         .await
         .unwrap();
     let mkfs = PathBuf::from("/usr/sbin/mkfs.xfs");
+    // The configuration names the install disk (upstream's machine.install.disk).
+    install_disk(&client, &devdir.join(&name).to_string_lossy()).await;
     let options = blockd::controllers::Options {
         sys_block: sys.clone(),
         dev: devdir.clone(),
@@ -781,6 +783,10 @@ async fn a_blank_loop_disk_gets_the_system_volumes_only_once_configured() {
         format: blockd::volumes::FormatOptions {
             mkfs_xfs: mkfs.clone(),
             uid: 1_990_001_500,
+            blkid: blockd::blkid::BlkidOptions {
+                binary: "/usr/sbin/blkid".into(),
+                uid: 1_990_001_501,
+            },
         },
     };
     let start = |client: cosi::Client| {
@@ -844,6 +850,9 @@ async fn a_blank_loop_disk_gets_the_system_volumes_only_once_configured() {
     let mut running = machine(MachineStage::Running);
     running.metadata.version = current.metadata.version;
     client.update(&running, "", None).await.unwrap();
+    // blkid is asked about the disk first; as init, run it and report how it ended.
+    let verdict = run_blkid_as_init(&client, &format!("blkid-{name}")).await;
+    assert_eq!(verdict, "exit 2", "blkid found nothing on the blank disk");
     wait("partitioned", |s| {
         s.len() == 2 && s.values().all(|v| !v.partition_uuid.is_empty())
     })
@@ -1021,6 +1030,279 @@ async fn a_blank_loop_disk_gets_the_system_volumes_only_once_configured() {
         .await
         .unwrap()
         .is_empty());
+    let _ = stop.send(());
+    task.await.unwrap();
+}
+
+/// `config-redacted/MachineConfigs/v1alpha1` naming `disk` as the install disk.
+async fn install_disk(client: &cosi::Client, disk: &str) {
+    use machinery::resources::config::{MachineConfigSpec, ACTIVE_ID, REDACTED_NAMESPACE};
+    let text = format!(
+        "version: v1alpha1\nmachine:\n  type: controlplane\n  install:\n    disk: {disk}\n"
+    );
+    let r = cosi::Resource::new(REDACTED_NAMESPACE, ACTIVE_ID, MachineConfigSpec(text));
+    client.create(&r.to_raw().unwrap(), "").await.unwrap();
+}
+
+/// As init: waits for blockd's blkid service `id`, runs the real blkid with its arguments and
+/// reports the run's end in its status (what it printed, how it exited). Returns `exit N`.
+async fn run_blkid_as_init(client: &cosi::Client, id: &str) -> String {
+    use machinery::resources::block::NAMESPACE;
+    use machinery::resources::runtime::{
+        ServiceSpecSpec, ServiceState, ServiceStatusSpec, UnitKind, NAMESPACE as RUNTIME,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let spec = loop {
+        if let Ok(r) = client.get_typed::<ServiceSpecSpec>(NAMESPACE, id).await {
+            break r.spec;
+        }
+        assert!(Instant::now() < deadline, "blkid was never asked ({id})");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(spec.binary, "/usr/sbin/blkid");
+    assert_eq!(spec.capabilities, ["CAP_DAC_READ_SEARCH"]);
+    assert!(!spec.restart && spec.seccomp_profile == "blkid");
+    let out = Command::new(&spec.binary)
+        .args(&spec.args)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    let exit = format!("exit {code}");
+    let st = cosi::Resource::new(
+        RUNTIME,
+        id,
+        ServiceStatusSpec {
+            kind: UnitKind::Service,
+            requested_by: "blockd".into(),
+            state: if code == 0 {
+                ServiceState::Finished
+            } else {
+                ServiceState::Failed
+            },
+            last_exit: exit.clone(),
+            output: String::from_utf8_lossy(&out.stdout).into_owned(),
+            ..Default::default()
+        },
+    );
+    client.create(&st.to_raw().unwrap(), "").await.unwrap();
+    // blockd withdraws it once it read the verdict; as init, the status goes with it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client
+        .get_typed::<ServiceSpecSpec>(NAMESPACE, id)
+        .await
+        .is_ok()
+    {
+        assert!(Instant::now() < deadline, "{id} was never withdrawn");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client
+        .destroy(
+            RUNTIME,
+            <ServiceStatusSpec as cosi::ResourceSpec>::TYPE,
+            id,
+            "",
+        )
+        .await
+        .unwrap();
+    exit
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_with_an_mbr_and_data_is_never_written_and_only_the_install_disk_is() {
+    use machinery::resources::block::{VolumeStatusSpec, NAMESPACE};
+    use machinery::resources::runtime::{
+        MachineStage, MachineStatusSpec, ServiceSpecSpec, MACHINE_STATUS_ID, NAMESPACE as RUNTIME,
+    };
+    if !testkit::require_root("it attaches loop devices") || !tools() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    // A: blank. B: an MBR with one partition and data in it (what blockd's own probe does not
+    // read: no GPT, no filesystem it knows).
+    let a_img = d.path().join("a.img");
+    let b_img = d.path().join("b.img");
+    sparse(&a_img, 3 * 1024 * MIB);
+    sparse(&b_img, 3 * 1024 * MIB);
+    let mut sf = Command::new("sfdisk")
+        .args(["-q", "--label", "dos"])
+        .arg(&b_img)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    sf.stdin
+        .take()
+        .unwrap()
+        .write_all(b"start=2048, type=83\n")
+        .unwrap();
+    assert!(sf.wait().unwrap().success());
+    {
+        use std::io::{Seek as _, SeekFrom};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&b_img)
+            .unwrap();
+        f.seek(SeekFrom::Start(5 * MIB)).unwrap();
+        f.write_all(&[0xA5; 4096]).unwrap();
+    }
+    let b_before = std::fs::read(&b_img).unwrap();
+    let (Some(a), Some(b)) = (Loop::attach(&a_img), Loop::attach(&b_img)) else {
+        testkit::skip("no loop device could be attached (losetup -f)");
+        return;
+    };
+    let sys = d.path().join("sys-block");
+    let devdir = d.path().join("dev");
+    std::fs::create_dir(&sys).unwrap();
+    std::fs::create_dir(&devdir).unwrap();
+    for l in [&a, &b] {
+        let name = l.name();
+        std::os::unix::fs::symlink(Path::new("/sys/block").join(name), sys.join(name)).unwrap();
+        let mm = std::fs::read_to_string(Path::new("/sys/block").join(name).join("dev")).unwrap();
+        let (maj, min) = mm.trim().split_once(':').unwrap();
+        run(Command::new("mknod")
+            .arg(devdir.join(name))
+            .args(["b", maj, min]));
+    }
+    let dev = |l: &Loop| devdir.join(l.name()).to_string_lossy().into_owned();
+
+    let harness = stated::testing::Harness::start().await;
+    let client = harness.client.clone();
+    for defs in [
+        machinery::resources::block::definitions(),
+        machinery::resources::runtime::definitions(),
+    ] {
+        client.define_types(&defs, "test").await.unwrap();
+    }
+    let machine = cosi::Resource::new(
+        RUNTIME,
+        MACHINE_STATUS_ID,
+        MachineStatusSpec {
+            mode: "vm".into(),
+            stage: MachineStage::Running,
+            ..Default::default()
+        },
+    );
+    client.create(&machine.to_raw().unwrap(), "").await.unwrap();
+    // The configuration names B.
+    install_disk(&client, &dev(&b)).await;
+    let options = blockd::controllers::Options {
+        sys_block: sys.clone(),
+        dev: devdir.clone(),
+        any_mode: true,
+        format: blockd::volumes::FormatOptions {
+            mkfs_xfs: "/usr/sbin/mkfs.xfs".into(),
+            uid: 1_990_001_500,
+            blkid: blockd::blkid::BlkidOptions {
+                binary: "/usr/sbin/blkid".into(),
+                uid: 1_990_001_501,
+            },
+        },
+    };
+    let runtime = cosi::Runtime::with_registry(
+        client.clone(),
+        blockd::controllers::registry(&options).unwrap(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move { runtime.run(stopped).await.expect("runtime") });
+
+    // blkid (real, run as init would) finds B's MBR: B is passed over, said why, and A, blank
+    // but not named by the configuration, is not taken either.
+    let exit = run_blkid_as_init(&client, &format!("blkid-{}", b.name())).await;
+    assert_eq!(exit, "exit 0", "blkid finds the MBR");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let state = loop {
+        let s = client
+            .get_typed::<VolumeStatusSpec>(NAMESPACE, "STATE")
+            .await;
+        if let Some(s) = s
+            .ok()
+            .filter(|s| s.spec.error_message.contains("a partition table (dos)"))
+        {
+            break s.spec;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never said why B was passed over"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(state.phase, "missing", "{state:?}");
+    assert!(
+        state.error_message.contains(&dev(&b))
+            && state.error_message.contains("machine.install.disk"),
+        "{state:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        std::fs::read(&b_img).unwrap() == b_before,
+        "the disk with an MBR and data was written"
+    );
+    assert!(
+        std::fs::read(&a_img).unwrap()[..2 * MIB as usize]
+            .iter()
+            .all(|&x| x == 0),
+        "a disk the configuration does not name was written"
+    );
+    assert!(client
+        .list_typed::<ServiceSpecSpec>(NAMESPACE)
+        .await
+        .unwrap()
+        .iter()
+        .all(|s| !s.metadata.id.starts_with("mkfs-")));
+
+    // Named instead: A is asked about, found blank by blkid, and partitioned; B stays as it was.
+    let current = client
+        .get(
+            machinery::resources::config::REDACTED_NAMESPACE,
+            <machinery::resources::config::MachineConfigSpec as cosi::ResourceSpec>::TYPE,
+            machinery::resources::config::ACTIVE_ID,
+        )
+        .await
+        .unwrap();
+    let mut named_a = cosi::Resource::new(
+        machinery::resources::config::REDACTED_NAMESPACE,
+        machinery::resources::config::ACTIVE_ID,
+        machinery::resources::config::MachineConfigSpec(format!(
+            "version: v1alpha1\nmachine:\n  type: controlplane\n  install:\n    disk: {}\n",
+            dev(&a)
+        )),
+    )
+    .to_raw()
+    .unwrap();
+    named_a.metadata.version = current.metadata.version;
+    client.update(&named_a, "", None).await.unwrap();
+    let exit = run_blkid_as_init(&client, &format!("blkid-{}", a.name())).await;
+    assert_eq!(exit, "exit 2", "blkid finds nothing on A");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !client
+        .get_typed::<VolumeStatusSpec>(NAMESPACE, "STATE")
+        .await
+        .is_ok_and(|s| s.spec.parent_location == dev(&a))
+    {
+        assert!(Instant::now() < deadline, "A was never partitioned");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let table = sfdisk(&a_img);
+    let names: Vec<&str> = table.partitions.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["STATE", "EPHEMERAL"]);
+    assert!(std::fs::read(&b_img).unwrap() == b_before);
+    // The system disk is A (what the Disks API's `system_disk` says).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sd = client
+            .get_typed::<machinery::resources::block::SystemDiskSpec>(
+                NAMESPACE,
+                machinery::resources::block::SYSTEM_DISK_ID,
+            )
+            .await;
+        if let Ok(sd) = sd {
+            assert_eq!(sd.spec.dev_path, dev(&a));
+            assert_eq!(sd.spec.disk_id, a.name());
+            break;
+        }
+        assert!(Instant::now() < deadline, "no SystemDisk");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let _ = stop.send(());
     task.await.unwrap();
 }

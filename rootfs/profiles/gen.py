@@ -191,6 +191,21 @@ RESOLVER = [
          [arg_eq(1, FIONREAD, "FIONREAD")]),
 ]
 
+# blkid (util-linux 2.38), the one-shot service blockd asks init to run before it writes a disk
+# (`blkid -p -o export DEVICE`): measured with `strace -f` on a loop device holding an MBR and on
+# a blank one, with an empty environment (as init runs it: no locale files). Its ioctls one by
+# one: the size, the sector size, the zone size, and libblkid's "is it a floppy or a CD?"
+# questions (EINVAL on a disk).
+BLKID = STARTUP + [
+    call("write", "its answer on stdout"), call("dup", "stdout and stderr"),
+    call("lseek"), call("fadvise64", "POSIX_FADV_RANDOM on the device"),
+    call("faccessat2", "sysfs: is it a partition"), call("futex"),
+] + [call("ioctl", name, [arg_eq(1, num, name)]) for num, name in [
+    (0x80081272, "BLKGETSIZE64"), (0x1268, "BLKSSZGET"), (0x80041284, "BLKGETZONESZ"),
+    (0x5331, "CDROM_GET_CAPABILITY (libblkid: is it a CD? EINVAL on a disk)"),
+    (0x5395, "CDROM_LAST_WRITTEN (libblkid)"), (0x80280215, "FDGETFDCSTAT (libblkid: is it a floppy?)"),
+]]
+
 # trustd: a stated client and a TLS server on TCP 50001; on a worker, a TLS client of a control
 # plane's trustd (landlock allows binding and connecting to that port only).
 TRUSTD = STARTUP + RUNTIME + [
@@ -351,7 +366,7 @@ WIPE = STARTUP + [
     call("renameat"), call("renameat2", "what glibc's rename may use instead"),
     call("fsync", "the data directory after the move"),
 ]
-for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("blockd", BLOCKD), ("mkfs", MKFS), ("trustd", TRUSTD), ("apid", APID), ("k8sd", K8SD), ("service", SERVICE), ("testd", TESTD), ("etcd", ETCD), ("etcdctl", ETCDCTL), ("wipe", WIPE)]:
+for name, calls in [("stated", STATED), ("networkd", NETWORKD), ("secretsd", SECRETSD), ("blockd", BLOCKD), ("mkfs", MKFS), ("blkid", BLKID), ("trustd", TRUSTD), ("apid", APID), ("k8sd", K8SD), ("service", SERVICE), ("testd", TESTD), ("etcd", ETCD), ("etcdctl", ETCDCTL), ("wipe", WIPE)]:
     path = os.path.join(here, "x86_64", f"{name}.json")
     with open(path, "w") as f:
         json.dump(profile(name, calls), f, indent=1)

@@ -6,6 +6,7 @@
 //! /bin, /sbin -> usr/bin         /lib -> usr/lib
 //! /usr/bin/{init,stated,networkd,blockd,secretsd,trustd,apid,k8sd}
 //! /usr/bin/mkfs.xfs              a tool of the build machine (blockd asks init to run it)
+//! /usr/bin/blkid                 a tool of the build machine (blockd asks init to run it)
 //! /usr/bin/etcd                  a tool of the build machine (k8sd asks init to run it)
 //! /usr/lib/<multiarch>/...       the libraries of what is dynamically linked (mkfs.xfs, etcd)
 //! /etc/talos/daemons.yaml        the daemon manifest init runs
@@ -258,7 +259,12 @@ pub struct Inputs {
 
 /// The build machine's programs every image carries (Debian's xfsprogs, etcd-server and
 /// etcd-client: `install-deps.sh`).
-pub const TOOLS: &[&str] = &["/usr/sbin/mkfs.xfs", "/usr/bin/etcd", "/usr/bin/etcdctl"];
+pub const TOOLS: &[&str] = &[
+    "/usr/sbin/mkfs.xfs",
+    "/usr/sbin/blkid",
+    "/usr/bin/etcd",
+    "/usr/bin/etcdctl",
+];
 
 impl Inputs {
     /// The image's programs from `bin_dir`, with this workspace's manifest and profiles.

@@ -361,6 +361,32 @@ impl ResourceSpec for MountStatusSpec {
 /// A `MountStatus` resource.
 pub type MountStatus = Resource<MountStatusSpec>;
 
+/// ID of [`SystemDiskSpec`].
+pub const SYSTEM_DISK_ID: &str = "system-disk";
+
+/// The disk the system volumes are on (upstream's `SystemDisks.block.talos.dev`, ID
+/// `system-disk`): upstream finds it by its META partition; talos-rs by its STATE partition
+/// (no META yet). Absent while the node has no system volumes on a disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SystemDiskSpec {
+    /// The disk's ID (`vda`).
+    #[serde(rename = "diskID")]
+    pub disk_id: String,
+    /// Its device (`/dev/vda`).
+    pub dev_path: String,
+}
+
+impl ResourceSpec for SystemDiskSpec {
+    const TYPE: &'static str = "SystemDisks.block.talos.dev";
+    const DEFAULT_NAMESPACE: &'static str = NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, NAMESPACE)
+            .with_columns(&[("Disk", "{.diskID}"), ("Path", "{.devPath}")])
+    }
+}
+
 /// `humanize.Bytes` of upstream (decimal units, one decimal under 10): `2.1 GB`, `512 MB`.
 pub fn pretty_size(bytes: u64) -> String {
     const UNITS: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
@@ -388,6 +414,7 @@ pub fn definitions() -> Vec<ResourceDefinition> {
         DiscoveredVolumeSpec::definition(),
         VolumeConfigSpec::definition(),
         VolumeStatusSpec::definition(),
+        SystemDiskSpec::definition(),
     ]
 }
 

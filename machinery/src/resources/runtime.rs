@@ -116,6 +116,10 @@ pub struct ServiceStatusSpec {
     /// it waits for.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// For a service that does not restart, once a run ended: the last (at most 4096) bytes of
+    /// what it printed, whole lines (how the daemon that asked learns its result: blkid's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output: String,
 }
 
 impl ResourceSpec for ServiceStatusSpec {

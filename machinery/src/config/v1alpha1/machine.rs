@@ -315,6 +315,74 @@ pub struct InstallDiskSelector {
     pub bus_path: Option<String>,
 }
 
+impl InstallDiskSelector {
+    /// Whether the selector selects `disk`, as upstream's `DiskMatchExpression`: every field
+    /// given matches (`size` a condition such as `>= 1TB`; `model`, `serial`, `modalias`,
+    /// `uuid`, `wwid` and `busPath` globs, `*` not crossing a `/`; `type` `nvme`, `sd`, `hdd`
+    /// or `ssd`), and the disk is writable, not a CD and has a transport (no loop or device
+    /// mapper device).
+    ///
+    /// # Errors
+    ///
+    /// A field upstream does not support (`name`), or one that does not parse.
+    pub fn matches(&self, disk: &crate::resources::block::DiskSpec) -> Result<bool, String> {
+        if self.name.as_deref().is_some_and(|n| !n.is_empty()) {
+            return Err("selector on name is not supported".into());
+        }
+        if disk.readonly || disk.cdrom || disk.transport.is_empty() {
+            return Ok(false);
+        }
+        if let Some(size) = self.size.as_deref().filter(|s| !s.trim().is_empty()) {
+            let t = size.trim();
+            let (op, rest) = ["==", ">=", "<=", ">", "<"]
+                .iter()
+                .find_map(|op| t.strip_prefix(op).map(|r| (*op, r)))
+                .unwrap_or(("==", t));
+            let want = super::super::checks::parse_byte_size(rest)
+                .map_err(|e| format!("size {size:?}: {e}"))?;
+            let ok = match op {
+                ">=" => disk.size >= want,
+                "<=" => disk.size <= want,
+                ">" => disk.size > want,
+                "<" => disk.size < want,
+                _ => disk.size == want,
+            };
+            if !ok {
+                return Ok(false);
+            }
+        }
+        let options = glob::MatchOptions {
+            case_sensitive: true,
+            require_literal_separator: true,
+            require_literal_leading_dot: false,
+        };
+        for (what, pattern, value) in [
+            ("model", &self.model, disk.model.as_str()),
+            ("serial", &self.serial, disk.serial.as_str()),
+            ("modalias", &self.modalias, disk.modalias.as_str()),
+            ("uuid", &self.uuid, ""),
+            ("wwid", &self.wwid, disk.wwid.as_str()),
+            ("busPath", &self.bus_path, disk.bus_path.as_str()),
+        ] {
+            let Some(p) = pattern.as_deref().filter(|p| !p.is_empty()) else {
+                continue;
+            };
+            let p = glob::Pattern::new(p).map_err(|e| format!("{what} {p:?}: {e}"))?;
+            if !p.matches_with(value, options) {
+                return Ok(false);
+            }
+        }
+        Ok(match self.disk_type.as_deref().unwrap_or_default() {
+            "" => true,
+            "nvme" => disk.transport == "nvme",
+            "sd" => disk.transport == "mmc",
+            "hdd" => disk.rotational,
+            "ssd" => !disk.rotational,
+            other => return Err(format!("unknown disk type {other:?}")),
+        })
+    }
+}
+
 /// A deprecated system extension.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -671,4 +739,53 @@ pub struct KernelModuleConfig {
     /// Module parameters.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parameters: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::block::DiskSpec;
+
+    fn disk(size: u64, model: &str, transport: &str, rotational: bool) -> DiskSpec {
+        DiskSpec {
+            dev_path: "/dev/vda".into(),
+            size,
+            model: model.into(),
+            transport: transport.into(),
+            rotational,
+            bus_path: "/pci0000:00/0000:00:04.0/virtio2".into(),
+            ..DiskSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_disk_selector_matches_as_upstreams() {
+        let sel = |yaml: &str| serde_yaml_ng::from_str::<InstallDiskSelector>(yaml).unwrap();
+        let ssd = disk(8_000_000_000, "QEMU HARDDISK", "virtio", false);
+        let small = disk(2_000_000_000, "QEMU HARDDISK", "virtio", true);
+        assert_eq!(sel("size: '>= 4GB'").matches(&ssd), Ok(true));
+        assert_eq!(sel("size: '>= 4GB'").matches(&small), Ok(false));
+        assert_eq!(sel("size: 2GB").matches(&small), Ok(true));
+        assert_eq!(sel("size: '< 3GiB'").matches(&small), Ok(true));
+        assert_eq!(sel("model: 'QEMU*'").matches(&ssd), Ok(true));
+        assert_eq!(sel("model: 'Samsung*'").matches(&ssd), Ok(false));
+        assert_eq!(sel("type: ssd").matches(&ssd), Ok(true));
+        assert_eq!(sel("type: hdd").matches(&ssd), Ok(false));
+        assert_eq!(sel("type: hdd").matches(&small), Ok(true));
+        assert_eq!(sel("type: nvme").matches(&ssd), Ok(false));
+        // `*` does not cross a `/`.
+        assert_eq!(sel("busPath: '/pci0000:00/*'").matches(&ssd), Ok(false));
+        assert_eq!(sel("busPath: '/pci0000:00/*/*'").matches(&ssd), Ok(true));
+        // Never a read-only disk, a CD or a device without a transport.
+        let mut ro = ssd.clone();
+        ro.readonly = true;
+        assert_eq!(sel("size: '>= 1GB'").matches(&ro), Ok(false));
+        let lo = disk(8_000_000_000, "", "", false);
+        assert_eq!(sel("size: '>= 1GB'").matches(&lo), Ok(false));
+        assert!(sel("name: vda")
+            .matches(&ssd)
+            .unwrap_err()
+            .contains("not supported"));
+        assert!(sel("size: '>= many'").matches(&ssd).is_err());
+    }
 }
