@@ -2,7 +2,8 @@
 //! - `block.DisksController`: a `Disk` for every disk sysfs lists (a VM's only: a node in
 //!   namespaces shares the host's disks, which are not its to describe);
 //! - `block.DiscoveryController`: a `DiscoveredVolume` for every disk and every partition of
-//!   its GPT, probed read-only ([`crate::probe`]).
+//!   its GPT, probed read-only ([`crate::probe`]); a disk blockd may not read (it holds a
+//!   mounted system volume) is described from sysfs and from what init mounted.
 //!
 //! Both read the kernel again every [`RESYNC`] (sysfs, then the disks' first blocks): disks and
 //! partitions that appear, change or go are seen within that time. (Upstream reacts to block
@@ -14,7 +15,9 @@ use std::time::Duration;
 
 use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::Resource;
-use machinery::resources::block::{pretty_size, DiscoveredVolumeSpec, DiskSpec, NAMESPACE};
+use machinery::resources::block::{
+    pretty_size, DiscoveredVolumeSpec, DiskSpec, MountStatusSpec, NAMESPACE,
+};
 use machinery::resources::runtime::{MachineStatusSpec, MACHINE_STATUS_ID};
 
 /// How often sysfs and the disks are read again.
@@ -136,6 +139,55 @@ impl Controller for DisksController {
     }
 }
 
+/// What a disk blockd may not read holds (init made it root's: it holds a mounted system
+/// volume, STATE with every key of the cluster), from what the kernel says without reading it:
+/// its partitions in sysfs (number, offset, size, name in the table), each probed on its own
+/// device when that one is readable, else named by the filesystem init mounted from it. The
+/// disk counts as a GPT when its partitions have names (the kernel's `PARTNAME`).
+fn unreadable(
+    dev: &std::path::Path,
+    info: Option<&crate::sysfs::DiskInfo>,
+    sector_size: u64,
+    mounted: &BTreeMap<String, String>,
+) -> crate::probe::Found {
+    let Some(info) = info else {
+        return crate::probe::Found::default();
+    };
+    let partitions: Vec<crate::probe::Partition> = info
+        .partitions
+        .iter()
+        .map(|p| {
+            let node = dev.join(&p.name);
+            let found = match crate::probe::probe(&node, sector_size) {
+                Ok(f) => f,
+                Err(_) => crate::probe::Found {
+                    name: mounted
+                        .get(node.to_string_lossy().as_ref())
+                        .cloned()
+                        .unwrap_or_default(),
+                    ..crate::probe::Found::default()
+                },
+            };
+            crate::probe::Partition {
+                index: p.number,
+                label: p.label.clone(),
+                offset: p.start,
+                size: p.size,
+                found,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let gpt = partitions.iter().any(|p| !p.label.is_empty());
+    crate::probe::Found {
+        name: if gpt { "gpt".into() } else { String::new() },
+        // Unreadable: never blank.
+        in_use: true,
+        partitions,
+        ..crate::probe::Found::default()
+    }
+}
+
 /// `block.DiscoveryController`.
 pub struct DiscoveryController {
     options: Options,
@@ -150,7 +202,10 @@ impl Controller for DiscoveryController {
     }
 
     fn inputs(&self) -> Vec<Input> {
-        vec![Input::weak::<DiskSpec>(NAMESPACE)]
+        vec![
+            Input::weak::<DiskSpec>(NAMESPACE),
+            Input::weak::<MountStatusSpec>(machinery::resources::runtime::NAMESPACE),
+        ]
     }
 
     fn outputs(&self) -> Vec<Output> {
@@ -169,14 +224,31 @@ impl Controller for DiscoveryController {
                 .await?;
             return Ok(Action::AwaitChange);
         }
+        // What init mounted: the device of a mounted system volume, and the disk that holds
+        // it, are no daemon's to read (init makes them root's): described from sysfs instead.
+        let mounted: BTreeMap<String, String> = ctx
+            .list::<MountStatusSpec>(machinery::resources::runtime::NAMESPACE)
+            .await?
+            .into_iter()
+            .map(|m| (m.spec.source, m.spec.filesystem))
+            .collect();
         let sys_block = self.options.sys_block.clone();
+        let dev = self.options.dev.clone();
         let probed = tokio::task::spawn_blocking(move || {
             disks
                 .into_iter()
                 .map(|(id, disk)| {
+                    let info = crate::sysfs::disk(&sys_block.join(&id), &id);
                     let found =
                         crate::probe::probe(std::path::Path::new(&disk.dev_path), disk.sector_size);
-                    let info = crate::sysfs::disk(&sys_block.join(&id), &id);
+                    let found = match found {
+                        Err(crate::probe::ProbeError::Read { source, .. })
+                            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                        {
+                            Ok(unreadable(&dev, info.as_ref(), disk.sector_size, &mounted))
+                        }
+                        other => other,
+                    };
                     (id, disk, info, found)
                 })
                 .collect::<Vec<_>>()
@@ -275,5 +347,51 @@ impl Controller for DiscoveryController {
         }
         ctx.apply_all(volumes).await?;
         Ok(Action::RequeueAfter(RESYNC))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_blockd_may_not_read_is_described_from_sysfs_and_the_mounts() {
+        let d = tempfile::tempdir().unwrap();
+        let sys = d.path().join("sys");
+        let dev = d.path().join("dev");
+        std::fs::create_dir_all(&dev).unwrap();
+        for (part, n, start, name) in [("vda1", 1, 2048, "STATE"), ("vda2", 2, 206848, "EPHEMERAL")]
+        {
+            let p = sys.join("vda").join(part);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("partition"), format!("{n}\n")).unwrap();
+            std::fs::write(p.join("start"), format!("{start}\n")).unwrap();
+            std::fs::write(p.join("size"), "204800\n").unwrap();
+            std::fs::write(
+                p.join("uevent"),
+                format!("DEVNAME={part}\nDEVTYPE=partition\nPARTN={n}\nPARTNAME={name}\n"),
+            )
+            .unwrap();
+        }
+        std::fs::write(sys.join("vda").join("size"), "8388608\n").unwrap();
+        // EPHEMERAL's device is readable (blank); STATE's is not there to read (init's).
+        std::fs::write(dev.join("vda2"), vec![0u8; 128 * 1024]).unwrap();
+        let info = crate::sysfs::disk(&sys.join("vda"), "vda");
+        let mounted = BTreeMap::from([(
+            dev.join("vda1").to_string_lossy().into_owned(),
+            "xfs".to_string(),
+        )]);
+        let found = unreadable(&dev, info.as_ref(), 512, &mounted);
+        assert_eq!(found.name, "gpt");
+        assert!(found.in_use, "never blank");
+        assert_eq!(found.partitions.len(), 2);
+        let state = &found.partitions[0];
+        assert_eq!((state.index, state.label.as_str()), (1, "STATE"));
+        assert_eq!(state.offset, 2048 * 512);
+        assert_eq!(state.found.name, "xfs", "from what init mounted");
+        assert!(state.found.uuid.is_empty(), "nothing of STATE is read");
+        let eph = &found.partitions[1];
+        assert_eq!((eph.index, eph.label.as_str()), (2, "EPHEMERAL"));
+        assert_eq!(eph.found.name, "", "probed on its own device: blank");
     }
 }

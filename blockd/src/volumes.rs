@@ -1057,11 +1057,17 @@ fn lock_and_probe(
     let lock = if held {
         None
     } else {
-        let file = std::fs::File::open(disk).map_err(|e| format!("cannot open {disk}: {e}"))?;
-        Some(
-            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
-                .map_err(|(_, e)| format!("cannot lock {disk}: {e}"))?,
-        )
+        match std::fs::File::open(disk) {
+            Ok(file) => Some(
+                nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+                    .map_err(|(_, e)| format!("cannot lock {disk}: {e}"))?,
+            ),
+            // The disk holds a mounted system volume (init made it root's, STATE's keys are
+            // on it): its layout cannot change while it is mounted; the partition alone is
+            // probed (and formatted) without the disk's lock.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => None,
+            Err(e) => return Err(format!("cannot open {disk}: {e}")),
+        }
     };
     let found = crate::probe::probe(std::path::Path::new(device), sector_size)
         .map_err(|e| cosi::error::Chain(&e).to_string())?;
