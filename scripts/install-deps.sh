@@ -105,11 +105,19 @@ if ((${#missing[@]})); then
 fi
 
 # grpcio (gRPC's C-core for Python): stated's tests talk to it with a real C-core client, which
-# sends the socket path as :authority. From PyPI: Debian's python3-grpcio (1.51) predates that.
+# sends the socket path as :authority; apid's, over TLS (BoringSSL: no Ed25519 server keys). From PyPI: Debian's python3-grpcio (1.51) predates that.
 if [ "$mode" = all ] && ! python3 -c 'import grpc' 2>/dev/null; then
   echo "installing: grpcio (PyPI)"
   python3 -m pip install --quiet --root-user-action=ignore 'grpcio>=1.60' 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages 'grpcio>=1.60'
+fi
+
+# PyYAML: apid's test of gRPC's C-core clients reads a talosconfig as README.md's Python client
+# does.
+if [ "$mode" = all ] && ! python3 -c 'import yaml' 2>/dev/null; then
+  echo "installing: PyYAML (PyPI)"
+  python3 -m pip install --quiet --root-user-action=ignore pyyaml 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages pyyaml
 fi
 
 if ! command -v cargo >/dev/null; then

@@ -24,6 +24,7 @@ use machinery::resources::runtime::{
 };
 use machinery::resources::secrets::{ApiCertsSpec, CertificateAndKey, API_ID, NAMESPACE};
 use machinery::secrets::x509::{Certificate, ExtendedUsage, LeafRequest, Subject, Usage};
+use machinery::secrets::API_SERVING_KEY;
 use machinery::tls::{certified_key, client_config, ClientCas, ServerCertificate};
 use tokio::sync::watch;
 
@@ -73,24 +74,29 @@ pub struct CertificateController {
 /// How long the maintenance certificate is valid (it lives only as long as this apid).
 const MAINTENANCE_VALIDITY: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 
+/// The DNS name of the maintenance certificate (its only SAN): what a client that checks the
+/// server's name besides its pin names it (gRPC's C-core: `grpc.ssl_target_name_override`).
+/// The CN, with its space, is no name a client may send (rustls refuses such an SNI).
+pub const MAINTENANCE_SERVER_NAME: &str = "talos-rs-maintenance";
+
 /// A self-signed server certificate for the maintenance API: a throwaway CA (its key dropped
-/// at once) signs a leaf for server authentication.
+/// at once) signs a leaf for server authentication, named [`MAINTENANCE_SERVER_NAME`]. Both
+/// keys are ECDSA P-256 ([`API_SERVING_KEY`]), so that gRPC's C-core clients (BoringSSL: no
+/// Ed25519) get in too.
 fn maintenance_certificate() -> Result<MaintenanceCertificateSpec, String> {
     let now = std::time::SystemTime::now();
     let subject = Subject {
         organizations: Vec::new(),
         common_name: Some("talos-rs maintenance".into()),
     };
-    let ca = machinery::secrets::x509::self_signed_ca(
-        &subject,
-        machinery::secrets::x509::KeyAlgorithm::Ed25519,
-        now,
-    )
-    .map_err(|e| e.to_string())?;
+    let ca = machinery::secrets::x509::self_signed_ca(&subject, API_SERVING_KEY, now)
+        .map_err(|e| e.to_string())?;
     let (crt, key) = LeafRequest {
         subject,
+        dns_names: vec![MAINTENANCE_SERVER_NAME.to_string()],
         key_usages: vec![Usage::DigitalSignature],
         extended: vec![ExtendedUsage::ServerAuth],
+        key_algorithm: Some(API_SERVING_KEY),
         ..LeafRequest::default()
     }
     .issue((&ca.0, &ca.1), now, MAINTENANCE_VALIDITY)
@@ -107,14 +113,21 @@ fn maintenance_certificate() -> Result<MaintenanceCertificateSpec, String> {
 type Served = (machinery::tls::rustls::sign::CertifiedKey, String);
 
 /// What apid serves of a maintenance certificate: the key pair and the fingerprint it logs;
-/// an error when the certificate does not parse, its key is not its own, or it ends within a
-/// day (a stored one is then replaced).
+/// an error when the certificate does not parse, its key is not its own or not of
+/// [`API_SERVING_KEY`] (one made by an apid of before, Ed25519), or it ends within a day (a
+/// stored one is then replaced).
 fn served(spec: &MaintenanceCertificateSpec) -> Result<Served, String> {
     let crt = Certificate::from_pem(spec.server.crt.as_bytes()).map_err(|e| e.to_string())?;
     let info = crt.info().map_err(|e| e.to_string())?;
     let day = std::time::Duration::from_secs(24 * 3600);
     if info.not_after < std::time::SystemTime::now() + day {
         return Err("it expires within a day".into());
+    }
+    if info.key_algorithm != Some(API_SERVING_KEY) {
+        return Err(format!(
+            "its key is {:?}, not {API_SERVING_KEY:?}",
+            info.key_algorithm
+        ));
     }
     let fingerprint = crt.fingerprint().map_err(|e| e.to_string())?;
     let ck = certified_key(&spec.server.crt, &spec.server.key).map_err(|e| e.to_string())?;
@@ -286,5 +299,44 @@ impl Controller for CertificateController {
         ctx: &'a mut Context,
     ) -> impl Future<Output = Result<Action, ReconcileError>> + Send + 'a {
         self.run(ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use machinery::secrets::x509::{KeyAlgorithm, PrivateKey};
+
+    #[test]
+    fn the_maintenance_key_is_ecdsa_and_a_stored_ed25519_one_is_replaced() {
+        let made = maintenance_certificate().unwrap();
+        let crt = Certificate::from_pem(made.server.crt.as_bytes()).unwrap();
+        let key = PrivateKey::from_pem(made.server.key.as_bytes()).unwrap();
+        assert_eq!(key.algorithm(), KeyAlgorithm::EcdsaP256);
+        assert_eq!(crt.key_algorithm(), Some(KeyAlgorithm::EcdsaP256));
+        assert!(crt.matches_key(&key));
+        assert_eq!(crt.info().unwrap().dns_names, [MAINTENANCE_SERVER_NAME]);
+        served(&made).unwrap();
+
+        // What an apid of before made and stored: an Ed25519 key, otherwise good.
+        let now = std::time::SystemTime::now();
+        let subject = Subject::default();
+        let ca =
+            machinery::secrets::x509::self_signed_ca(&subject, KeyAlgorithm::Ed25519, now).unwrap();
+        let (crt, key) = LeafRequest {
+            subject,
+            extended: vec![ExtendedUsage::ServerAuth],
+            ..LeafRequest::default()
+        }
+        .issue((&ca.0, &ca.1), now, MAINTENANCE_VALIDITY)
+        .unwrap();
+        let old = MaintenanceCertificateSpec {
+            server: CertificateAndKey {
+                crt: crt.to_pem(),
+                key: key.to_pem().unwrap(),
+            },
+        };
+        let e = served(&old).err().unwrap();
+        assert!(e.contains("Ed25519"), "{e}");
     }
 }

@@ -769,6 +769,119 @@ async fn an_admin_generates_a_client_configuration_signed_by_secretsd_and_nothin
     }
 }
 
+/// "Any gRPC client must work": gRPC's C-core (Python here; C++ and Ruby are the same code)
+/// does its TLS with BoringSSL, which refuses Ed25519 handshake signatures (grpc/grpc#24252).
+/// apid serves with an ECDSA P-256 key its (Ed25519) OS CA signed, so a grpcio client with a
+/// talosconfig of the node (GenerateClientConfiguration's, the client key Ed25519) calls
+/// Version and lists COSI resources as its role allows; and in maintenance, with the server's
+/// certificate pinned by the fingerprint apid logs and no client certificate, as a reader
+/// (`tests/clients/grpcio_client.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_c_core_client_calls_apid_with_a_talosconfig_and_in_maintenance() {
+    use machinery::resources::apid::MaintenanceCertificateSpec;
+    use machinery::resources::runtime::{MachineStage, MachineStatusSpec};
+
+    let python = Command::new("python3")
+        .args(["-c", "import grpc, yaml"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !testkit::require(
+        python.is_ok_and(|s| s.success()),
+        "python3 with grpcio and PyYAML is missing (scripts/install-deps.sh installs them)",
+    ) {
+        return;
+    }
+    // README.md's snippet is the script's function, word for word.
+    let script = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/grpcio_client.py"
+    ))
+    .unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let function = script
+        .split_once("def talos_credentials")
+        .and_then(|(_, rest)| rest.split_once("\n\n\n"))
+        .map(|(body, _)| format!("def talos_credentials{body}"))
+        .unwrap();
+    assert!(
+        readme.contains(&function),
+        "README.md's Python client differs from the tested one:\n{function}"
+    );
+
+    let n = node().await;
+    let dir = tempfile::tempdir().unwrap();
+    let grpcio = |role: &str, arg: String| {
+        let args = [
+            n.addr.to_string(),
+            apid::machine::TAG.to_string(),
+            role.to_string(),
+            arg,
+        ];
+        async move {
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/clients/grpcio_client.py"
+            );
+            let role = args[2].clone();
+            let out = tokio::task::spawn_blocking(move || {
+                Command::new("python3")
+                    .arg(script)
+                    .args(args)
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+            assert!(
+                out.status.success(),
+                "grpcio as {role}:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    let mut admin = MachineServiceClient::new(n.as_role("os:admin"));
+    for role in ["admin", "reader"] {
+        let reply = admin
+            .generate_client_configuration(gen_request(&[&format!("os:{role}")], 600))
+            .await
+            .unwrap()
+            .into_inner();
+        let path = dir.path().join(role);
+        std::fs::write(&path, &reply.messages[0].talosconfig).unwrap();
+        grpcio(role, path.display().to_string()).await;
+    }
+
+    // Maintenance: the fingerprint is the one apid logs, of the certificate it keeps.
+    let client = &n._harness.client;
+    let status = MachineStatusSpec {
+        stage: MachineStage::Maintenance,
+        ..MachineStatusSpec::default()
+    };
+    let raw = cosi::Resource::new("runtime", "machine", status)
+        .to_raw()
+        .unwrap();
+    client.create(&raw, "").await.unwrap();
+    let end = Instant::now() + T;
+    let maintenance = loop {
+        if let Ok(r) = client
+            .get_typed::<MaintenanceCertificateSpec>("apid", "maintenance")
+            .await
+        {
+            break r.spec;
+        }
+        assert!(Instant::now() < end, "no maintenance certificate");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let fingerprint = x509::Certificate::from_pem(maintenance.server.crt.as_bytes())
+        .unwrap()
+        .fingerprint()
+        .unwrap();
+    grpcio("maintenance", fingerprint).await;
+}
+
 fn watch_of(ns: &str, ty: &str) -> WatchRequest {
     WatchRequest {
         namespace: ns.into(),

@@ -683,3 +683,68 @@ fn ed25519_keys_are_written_as_pkcs8_v1_and_read_back() {
         key.public_key_der().unwrap()
     );
 }
+
+/// A leaf may name its key's algorithm, another than its CA's (the Talos API's serving keys
+/// are ECDSA P-256 under the Ed25519 OS CA): issued locally or signed for a CSR (trustd's
+/// `sign_csr`), the certificate is the CA's and for a key of that algorithm; a request naming
+/// an algorithm does not match a certificate of another (so it is issued again), one naming
+/// none follows the CA as upstream's `NewKeyPair`.
+#[test]
+fn a_leaf_of_another_key_algorithm_than_its_cas_is_issued_and_signed() {
+    let now = SystemTime::now();
+    let day = Duration::from_secs(86_400);
+    let (ca, ca_key) =
+        x509::self_signed_ca(&Subject::default(), KeyAlgorithm::Ed25519, now).unwrap();
+    let ecdsa = LeafRequest {
+        subject: Subject {
+            organizations: Vec::new(),
+            common_name: Some("cp-1".into()),
+        },
+        ips: vec!["10.5.0.2".parse().unwrap()],
+        extended: vec![x509::ExtendedUsage::ServerAuth],
+        key_algorithm: Some(KeyAlgorithm::EcdsaP256),
+        ..LeafRequest::default()
+    };
+    let following = LeafRequest {
+        key_algorithm: None,
+        ..ecdsa.clone()
+    };
+
+    let (crt, key) = ecdsa.issue((&ca, &ca_key), now, day).unwrap();
+    assert_eq!(key.algorithm(), KeyAlgorithm::EcdsaP256);
+    assert!(key
+        .to_pem()
+        .unwrap()
+        .starts_with("-----BEGIN EC PRIVATE KEY-----"));
+    assert!(crt.is_signed_by(&ca) && crt.matches_key(&key));
+    let info = crt.info().unwrap();
+    assert_eq!(info.key_algorithm, Some(KeyAlgorithm::EcdsaP256));
+    assert_eq!(crt.key_algorithm(), Some(KeyAlgorithm::EcdsaP256));
+    assert!(ecdsa.matches(&info) && following.matches(&info));
+    let (_, cert) = X509Certificate::from_der(crt.der()).unwrap();
+    assert_eq!(
+        cert.signature_algorithm.algorithm.to_id_string(),
+        "1.3.101.112",
+        "signed with Ed25519"
+    );
+
+    // Upstream's default: the CA's algorithm, which a request naming ECDSA does not match.
+    let (old, old_key) = following.issue((&ca, &ca_key), now, day).unwrap();
+    assert_eq!(old_key.algorithm(), KeyAlgorithm::Ed25519);
+    let old_info = old.info().unwrap();
+    assert_eq!(old_info.key_algorithm, Some(KeyAlgorithm::Ed25519));
+    assert!(following.matches(&old_info));
+    assert!(!ecdsa.matches(&old_info), "an Ed25519 key is issued again");
+
+    // A worker's CSR: the request's algorithm, whatever the one given for a request naming none.
+    let (csr, csr_key) = ecdsa.csr(KeyAlgorithm::Ed25519).unwrap();
+    assert_eq!(csr_key.algorithm(), KeyAlgorithm::EcdsaP256);
+    let (_, plain_key) = following.csr(KeyAlgorithm::Ed25519).unwrap();
+    assert_eq!(plain_key.algorithm(), KeyAlgorithm::Ed25519);
+    // trustd signs the ECDSA key with the Ed25519 CA.
+    let signed = x509::sign_csr((&ca, &ca_key), csr.as_bytes(), now, day).unwrap();
+    assert!(signed.is_signed_by(&ca) && signed.matches_key(&csr_key));
+    let info = signed.info().unwrap();
+    assert_eq!(info.key_algorithm, Some(KeyAlgorithm::EcdsaP256));
+    assert!(ecdsa.matches(&info));
+}

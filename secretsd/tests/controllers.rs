@@ -22,7 +22,7 @@ use machinery::resources::secrets::{
     OsRootSpec, TrustdCertsSpec, API_ID, ETCD_ID, ETCD_ROOT_ID, KUBELET_ID, KUBERNETES_ROOT_ID,
     NAMESPACE, OS_ROOT_ID, TRUSTD_ID,
 };
-use machinery::secrets::x509::{self, Certificate, CertificateInfo, PrivateKey};
+use machinery::secrets::x509::{self, Certificate, CertificateInfo, KeyAlgorithm, PrivateKey};
 use machinery::secrets::Bundle;
 use secretsd::controllers::{registry, Options};
 use stated::testing::Harness;
@@ -260,8 +260,12 @@ async fn a_control_plane_gets_every_root_and_leaves_that_chain_to_its_cas() {
     assert_eq!(info.dns_names, ["api.example", "cp-1", "cp-1.lab"]);
     assert_eq!(info.ips, [ip("10.5.0.2"), ip("127.0.0.1")]);
     assert_eq!(info.lifetime(), Duration::from_secs(24 * 3600));
+    // The Talos API's serving keys are ECDSA P-256 (gRPC's C-core clients refuse Ed25519),
+    // under the Ed25519 OS CA; the client certificate's key follows the CA's.
+    assert_eq!(info.key_algorithm, Some(KeyAlgorithm::EcdsaP256));
     let (client, info) = leaf(api.client.as_ref().unwrap());
     assert!(client.is_signed_by(&os_ca(&bundle)));
+    assert_eq!(info.key_algorithm, Some(KeyAlgorithm::Ed25519));
     assert_eq!(info.organizations, ["os:impersonator"]);
     assert!(info.dns_names.is_empty() && info.ips.is_empty());
     assert_eq!(api.accepted_cas, root.accepted_cas);
@@ -273,6 +277,7 @@ async fn a_control_plane_gets_every_root_and_leaves_that_chain_to_its_cas() {
     let (cert, info) = leaf(trustd.server.as_ref().unwrap());
     assert!(cert.is_signed_by(&os_ca(&bundle)));
     assert_eq!(info.ips, [ip("10.5.0.2"), ip("127.0.0.1")]);
+    assert_eq!(info.key_algorithm, Some(KeyAlgorithm::EcdsaP256));
 
     let etcd_root = node
         .expect::<EtcdRootSpec>(ETCD_ROOT_ID, |_| true)
@@ -412,6 +417,93 @@ async fn a_restart_reissues_nothing_and_a_new_address_reissues_only_what_names_i
     assert_ne!(new_etcd.etcd_peer, etcd.spec.etcd_peer);
     assert_eq!(new_etcd.etcd_admin, etcd.spec.etcd_admin);
     assert_eq!(new_etcd.etcd_api_server, etcd.spec.etcd_api_server);
+}
+
+/// apid's and trustd's serving certificates of a secretsd of before, Ed25519 keys (the OS
+/// CA's), otherwise good, are reissued with ECDSA keys by a restarted secretsd, not kept for
+/// their lifetime; the client certificate, whose key follows the CA's, is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reissues_serving_certificates_of_an_ed25519_key_with_ecdsa_keys() {
+    let bundle = bundle();
+    let mut node = Node::start(Options::default()).await;
+    node.config(&config(&bundle, MachineType::ControlPlane, &[]))
+        .await;
+    node.network("cp-1", "", &["10.5.0.2/24"]).await;
+    let api = node
+        .expect::<ApiCertsSpec>(API_ID, |s| s.server.is_some())
+        .await;
+    let trustd = node.expect::<TrustdCertsSpec>(TRUSTD_ID, |_| true).await;
+    node.stop_controllers().await;
+
+    // The same certificates for Ed25519 keys, as an older secretsd issued them.
+    let ca = bundle.os_ca().unwrap();
+    let as_before = |pair: &CertificateAndKey| {
+        let (cert, info) = leaf(pair);
+        let request = x509::LeafRequest {
+            subject: x509::Subject {
+                organizations: info.organizations.clone(),
+                common_name: info.common_name.clone(),
+            },
+            dns_names: info.dns_names.clone(),
+            ips: info.ips.clone(),
+            extended: vec![x509::ExtendedUsage::ServerAuth],
+            key_algorithm: None,
+            ..x509::LeafRequest::default()
+        };
+        let (crt, key) = request
+            .issue((&ca.0, &ca.1), SystemTime::now(), info.lifetime())
+            .unwrap();
+        assert!(cert.is_signed_by(&ca.0));
+        assert_eq!(key.algorithm(), KeyAlgorithm::Ed25519);
+        CertificateAndKey {
+            crt: crt.to_pem(),
+            key: key.to_pem().unwrap(),
+        }
+    };
+    let old_api = ApiCertsSpec {
+        server: Some(as_before(api.spec.server.as_ref().unwrap())),
+        ..api.spec.clone()
+    };
+    let old_trustd = TrustdCertsSpec {
+        server: Some(as_before(trustd.spec.server.as_ref().unwrap())),
+        ..trustd.spec.clone()
+    };
+    for (raw, current) in [
+        (
+            Resource::new(NAMESPACE, API_ID, old_api.clone()).to_raw(),
+            api.to_raw(),
+        ),
+        (
+            Resource::new(NAMESPACE, TRUSTD_ID, old_trustd.clone()).to_raw(),
+            trustd.to_raw(),
+        ),
+    ] {
+        let (mut raw, current) = (raw.unwrap(), current.unwrap());
+        raw.metadata.version = current.metadata.version;
+        node.client
+            .update(&raw, &current.metadata.owner, None)
+            .await
+            .unwrap();
+    }
+
+    node.start_controllers();
+    let new = node
+        .expect::<ApiCertsSpec>(API_ID, |s| s.server != old_api.server)
+        .await
+        .spec;
+    let (server, info) = leaf(new.server.as_ref().unwrap());
+    assert!(server.is_signed_by(&os_ca(&bundle)));
+    assert_eq!(info.key_algorithm, Some(KeyAlgorithm::EcdsaP256));
+    assert_eq!(
+        new.client, api.spec.client,
+        "the client certificate is kept"
+    );
+    let new = node
+        .expect::<TrustdCertsSpec>(TRUSTD_ID, |s| s.server != old_trustd.server)
+        .await
+        .spec;
+    let (_, info) = leaf(new.server.as_ref().unwrap());
+    assert_eq!(info.key_algorithm, Some(KeyAlgorithm::EcdsaP256));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -395,7 +395,11 @@ async fn a_worker_gets_apids_certificate_through_trustd_with_its_key_kept_in_sec
     assert!(crt.is_signed_by(&os), "chains to the OS CA");
     let key = x509::PrivateKey::from_pem(server.key.as_bytes()).unwrap();
     assert!(crt.matches_key(&key));
+    // ECDSA P-256, as a control plane's apid key (gRPC's C-core clients refuse Ed25519), signed
+    // by the Ed25519 OS CA.
+    assert_eq!(key.algorithm(), KeyAlgorithm::EcdsaP256);
     let info = crt.info().unwrap();
+    assert_eq!(info.key_algorithm, Some(KeyAlgorithm::EcdsaP256));
     assert_eq!(info.common_name.as_deref(), Some("w-1"));
     assert!(
         info.server_auth && !info.client_auth && !info.is_ca,

@@ -31,6 +31,13 @@ use serde::{Deserialize, Serialize};
 use crate::config::v1alpha1::{CertificateAndKey, PrivateKey as ConfigPrivateKey};
 use x509::{KeyAlgorithm, Subject};
 
+/// The algorithm of the Talos API's serving keys (apid's, also in maintenance, and trustd's),
+/// whatever the OS CA's (Ed25519, upstream's): gRPC's C-core clients (Python's grpcio, C++,
+/// Ruby) do their TLS with BoringSSL, which does not accept Ed25519 handshake signatures
+/// (grpc/grpc#24252), and would not get in. They verify a certificate the Ed25519 CA signed,
+/// and sign with a talosconfig's Ed25519 client key: only the server's key must be another.
+pub const API_SERVING_KEY: KeyAlgorithm = KeyAlgorithm::EcdsaP256;
+
 /// Why a bundle or a key cannot be made or read.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {

@@ -329,18 +329,22 @@ impl Certificate {
     /// upstream's worker picks its apid key after the last accepted CA); `None` for another.
     pub fn key_algorithm(&self) -> Option<KeyAlgorithm> {
         let (_, cert) = x509_parser::parse_x509_certificate(&self.der).ok()?;
-        match cert
-            .public_key()
-            .algorithm
-            .algorithm
-            .to_id_string()
-            .as_str()
-        {
-            "1.3.101.112" => Some(KeyAlgorithm::Ed25519),
-            "1.2.840.10045.2.1" => Some(KeyAlgorithm::EcdsaP256),
-            "1.2.840.113549.1.1.1" => Some(KeyAlgorithm::Rsa),
-            _ => None,
+        spki_algorithm(cert.public_key())
+    }
+}
+
+/// The algorithm of a SubjectPublicKeyInfo: Ed25519, ECDSA over P-256 (only that curve), RSA;
+/// `None` for another.
+fn spki_algorithm(spki: &x509_parser::x509::SubjectPublicKeyInfo<'_>) -> Option<KeyAlgorithm> {
+    match spki.algorithm.algorithm.to_id_string().as_str() {
+        "1.3.101.112" => Some(KeyAlgorithm::Ed25519),
+        "1.2.840.10045.2.1" => {
+            // The curve is the algorithm's parameter: prime256v1 (secp256r1).
+            let curve = spki.algorithm.parameters.as_ref()?.as_oid().ok()?;
+            (curve.to_id_string() == "1.2.840.10045.3.1.7").then_some(KeyAlgorithm::EcdsaP256)
         }
+        "1.2.840.113549.1.1.1" => Some(KeyAlgorithm::Rsa),
+        _ => None,
     }
 }
 
@@ -420,7 +424,8 @@ pub fn self_signed_ca(
 }
 
 /// A leaf certificate signed by `ca` for a new key of the CA's algorithm (upstream's
-/// `NewKeyPair`: the leaf's key type follows the CA's), valid from `now` for `validity`.
+/// `NewKeyPair`: the leaf's key type follows the CA's), valid from `now` for `validity`. A
+/// [`LeafRequest`] may name another algorithm.
 pub fn issue(
     ca: (&Certificate, &PrivateKey),
     subject: &Subject,
@@ -431,6 +436,7 @@ pub fn issue(
 ) -> Result<(Certificate, PrivateKey), SecretsError> {
     issue_with(
         ca,
+        None,
         subject,
         (key_usages, extended, Vec::new()),
         now,
@@ -451,10 +457,13 @@ pub struct LeafRequest {
     pub key_usages: Vec<KeyUsagePurpose>,
     /// Extended key usages.
     pub extended: Vec<ExtendedKeyUsagePurpose>,
+    /// The algorithm of the certificate's key; `None` follows the signing CA's (upstream's
+    /// `NewKeyPair`). A CA of any algorithm signs a key of any other.
+    pub key_algorithm: Option<KeyAlgorithm>,
 }
 
 impl LeafRequest {
-    /// Issues it: [`issue`] with the SANs.
+    /// Issues it: [`issue`] with the SANs, for a new key of [`Self::key_algorithm`].
     pub fn issue(
         &self,
         ca: (&Certificate, &PrivateKey),
@@ -471,6 +480,7 @@ impl LeafRequest {
         sans.extend(self.ips.iter().copied().map(rcgen::SanType::IpAddress));
         issue_with(
             ca,
+            self.key_algorithm,
             &self.subject,
             (self.key_usages.clone(), self.extended.clone(), sans),
             now,
@@ -479,7 +489,9 @@ impl LeafRequest {
     }
 
     /// Whether `cert` says what this request asks: the same subject and the same SANs (in any
-    /// order). Key usages are not compared: they follow from the kind of certificate.
+    /// order), and a key of the algorithm it names, if it names one (a certificate of a key of
+    /// another algorithm, as asked before, is issued again). Key usages are not compared: they
+    /// follow from the kind of certificate.
     pub fn matches(&self, info: &CertificateInfo) -> bool {
         let sorted = |v: &[String]| {
             let mut v = v.to_vec();
@@ -497,6 +509,9 @@ impl LeafRequest {
             && info.organizations == self.subject.organizations
             && sorted(&info.dns_names) == sorted(&self.dns_names)
             && theirs == ips
+            && self
+                .key_algorithm
+                .is_none_or(|a| info.key_algorithm == Some(a))
     }
 }
 
@@ -506,14 +521,16 @@ type Usages = (
     Vec<rcgen::SanType>,
 );
 
+/// Issues a leaf for a new key of `algorithm`, else of the CA's (an RSA key has 2048 bits).
 fn issue_with(
     ca: (&Certificate, &PrivateKey),
+    algorithm: Option<KeyAlgorithm>,
     subject: &Subject,
     (key_usages, extended, sans): Usages,
     now: SystemTime,
     validity: Duration,
 ) -> Result<(Certificate, PrivateKey), SecretsError> {
-    let algorithm = ca.1.algorithm();
+    let algorithm = algorithm.unwrap_or_else(|| ca.1.algorithm());
     let key = if algorithm == KeyAlgorithm::Rsa {
         PrivateKey::generate_rsa(2048)?
     } else {
@@ -562,6 +579,8 @@ pub struct CertificateInfo {
     /// Extended key usages other than server and client authentication (any, code signing,
     /// e-mail, time stamping, OCSP, or an OID of another kind).
     pub other_usages: bool,
+    /// The algorithm of its key (`None`: another than those of [`KeyAlgorithm`]).
+    pub key_algorithm: Option<KeyAlgorithm>,
 }
 
 impl CertificateInfo {
@@ -608,6 +627,7 @@ impl Certificate {
             server_auth: false,
             client_auth: false,
             other_usages: false,
+            key_algorithm: spki_algorithm(cert.public_key()),
         };
         if let Ok(Some(eku)) = cert.extended_key_usage() {
             let e = eku.value;
@@ -664,10 +684,12 @@ pub const MAX_LEAF_VALIDITY: Duration = Duration::from_secs(100 * 365 * 86_400);
 pub const MAX_CSR: usize = 64 * 1024;
 
 impl LeafRequest {
-    /// A certificate signing request for a new key of `algorithm`, asking for this subject,
-    /// these SANs and these uses (what a worker sends trustd). Returns the CSR's PEM and the key.
-    pub fn csr(&self, algorithm: KeyAlgorithm) -> Result<(String, PrivateKey), SecretsError> {
-        let key = PrivateKey::generate(algorithm)?;
+    /// A certificate signing request for a new key of [`Self::key_algorithm`], else of
+    /// `otherwise` (the algorithm of the CA meant to sign it, as [`Self::issue`] follows the
+    /// CA's), asking for this subject, these SANs and these uses (what a worker sends trustd).
+    /// Returns the CSR's PEM and the key.
+    pub fn csr(&self, otherwise: KeyAlgorithm) -> Result<(String, PrivateKey), SecretsError> {
+        let key = PrivateKey::generate(self.key_algorithm.unwrap_or(otherwise))?;
         let mut p = CertificateParams::default();
         p.distinguished_name = distinguished_name(&self.subject);
         for name in &self.dns_names {

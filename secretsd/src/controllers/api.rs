@@ -5,7 +5,8 @@
 //! - On a worker (the OS root has only the CA certificate) the serving certificate comes from a
 //!   control plane's trustd, as upstream's `generateWorker`, but split across two daemons so
 //!   that the key never leaves secretsd and the token never reaches apid: secretsd makes a key
-//!   and a CSR for the API SANs and publishes the CSR with the trustd endpoints
+//!   (ECDSA P-256, as a control plane's apid key: see [`super::leaf::server_request`]) and a
+//!   CSR for the API SANs and publishes the CSR with the trustd endpoints
 //!   (`ApiCertificateRequests/api`); the worker's trustd sends it with the trustd token and
 //!   writes the answer into its own namespace (`trustd/SignedCertificates/api`); secretsd takes
 //!   the certificate only if it answers the CSR it waits on, is for its key, chains to an
@@ -156,12 +157,14 @@ impl ApiController {
             }
         };
         if !self.pending.as_ref().is_some_and(|p| p.sans == sans) {
-            let algorithm = accepted
+            // The request names the key's algorithm (ECDSA P-256: see `server_request`); the
+            // last accepted CA's would be upstream's choice.
+            let ca_algorithm = accepted
                 .last()
                 .and_then(Certificate::key_algorithm)
                 .unwrap_or(KeyAlgorithm::Ed25519);
             let (csr, key) = request
-                .csr(algorithm)
+                .csr(ca_algorithm)
                 .map_err(|e| failed("cannot make a CSR for apid's certificate", e))?;
             tracing::info!(
                 endpoints = ?endpoints,
@@ -277,8 +280,9 @@ fn worker_certs(root: &OsRootSpec, server: CertificateAndKey) -> ApiCertsSpec {
 }
 
 /// When a worker's serving certificate `crt` must be renewed, if it may be used at all: it is
-/// for `key`, an accepted CA signed it, it is a server certificate and not a CA, it names what
-/// `request` asks, and `now` lies between its start (with slack) and its half-life.
+/// for `key`, an accepted CA signed it, it is a server certificate and not a CA, its key is of
+/// the algorithm `request` names (one of a worker of before, Ed25519, is asked for again), it
+/// names what `request` asks, and `now` lies between its start (with slack) and its half-life.
 pub fn worker_good_until(
     crt: &str,
     key: &PrivateKey,
@@ -296,6 +300,15 @@ pub fn worker_good_until(
     }
     if info.is_ca || !info.server_auth {
         return Err("it is not a server certificate".into());
+    }
+    if let Some(wanted) = request
+        .key_algorithm
+        .filter(|&a| info.key_algorithm != Some(a))
+    {
+        return Err(format!(
+            "its key is {:?}, not {wanted:?}",
+            info.key_algorithm
+        ));
     }
     if !request.matches(&info) {
         return Err(format!(
@@ -374,6 +387,11 @@ mod tests {
         };
         let request = leaf::server_request(&sans, vec![Usage::DigitalSignature]);
         let (csr, key) = request.csr(KeyAlgorithm::Ed25519).expect("csr");
+        assert_eq!(
+            key.algorithm(),
+            KeyAlgorithm::EcdsaP256,
+            "apid's key is ECDSA P-256 whatever the CA's"
+        );
         let now = SystemTime::now();
         let day = Duration::from_secs(86_400);
         let sign = |ca: &Certificate, k: &PrivateKey, csr: &str| {
@@ -402,6 +420,16 @@ mod tests {
         let asked = leaf::server_request(&elsewhere, vec![Usage::DigitalSignature]);
         let e = worker_good_until(&good, &key, std::slice::from_ref(&os), &asked, now).unwrap_err();
         assert!(e.contains("not the API SANs"), "{e}");
+        // A certificate of an Ed25519 key (a worker's of before): a new CSR is made.
+        let ed25519 = LeafRequest {
+            key_algorithm: None,
+            ..request.clone()
+        };
+        let (old_csr, old_key) = ed25519.csr(KeyAlgorithm::Ed25519).expect("csr");
+        let old = sign(&os, &os_key, &old_csr);
+        let e = worker_good_until(&old, &old_key, std::slice::from_ref(&os), &request, now)
+            .unwrap_err();
+        assert!(e.contains("not EcdsaP256"), "{e}");
         // Past its half-life.
         let e = worker_good_until(&good, &key, &[os], &request, now + day / 2).unwrap_err();
         assert!(e.contains("half"), "{e}");

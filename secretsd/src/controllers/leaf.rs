@@ -7,7 +7,9 @@
 //!
 //! A certificate in stated is kept while all of these hold, and reissued otherwise:
 //! - its key is the one beside it, and the current CA's key signed it (a rotated CA reissues);
-//! - its subject and SANs are what the inputs ask now (a new address or hostname reissues);
+//! - its subject and SANs are what the inputs ask now (a new address or hostname reissues), and
+//!   its key is of the algorithm asked, if one is (an Ed25519 key of apid's or trustd's from
+//!   before their keys were ECDSA is reissued);
 //! - its lifetime is the configured one;
 //! - now lies between its start (a minute of clock slack) and half its lifetime.
 //!
@@ -34,6 +36,7 @@ use machinery::resources::secrets::{
 use machinery::secrets::x509::{
     Certificate, ExtendedUsage, LeafRequest, PrivateKey, Subject, Usage,
 };
+use machinery::secrets::API_SERVING_KEY;
 
 use super::Options;
 
@@ -300,6 +303,9 @@ fn os_inputs() -> Vec<Input> {
     inputs
 }
 
+/// A Talos API serving certificate (apid's, trustd's) for these SANs: CN = FQDN, server
+/// authentication, a key of [`API_SERVING_KEY`] (ECDSA P-256), whatever the OS CA's, so that
+/// gRPC's C-core clients get in; one of another algorithm (Ed25519, as before) is reissued.
 pub(crate) fn server_request(sans: &CertSanSpec, key_usages: Vec<Usage>) -> LeafRequest {
     LeafRequest {
         subject: Subject {
@@ -310,6 +316,7 @@ pub(crate) fn server_request(sans: &CertSanSpec, key_usages: Vec<Usage>) -> Leaf
         ips: sans.ips.clone(),
         key_usages,
         extended: vec![ExtendedUsage::ServerAuth],
+        key_algorithm: Some(API_SERVING_KEY),
     }
 }
 
@@ -462,6 +469,7 @@ pub fn etcd_wants(hostname: &HostnameStatusSpec, addresses: &NodeAddressSpec) ->
             ips: server_ips,
             key_usages: usages.clone(),
             extended: both.clone(),
+            key_algorithm: None,
         }),
         leaf(LeafRequest {
             subject: cn(&hostname.hostname),
@@ -469,6 +477,7 @@ pub fn etcd_wants(hostname: &HostnameStatusSpec, addresses: &NodeAddressSpec) ->
             ips,
             key_usages: usages.clone(),
             extended: both,
+            key_algorithm: None,
         }),
         leaf(client("talos")),
         leaf(client("kube-apiserver")),
