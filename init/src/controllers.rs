@@ -11,7 +11,8 @@
 //! - `runtime.KernelModuleConfigController`, `runtime.KernelModuleSpecController`,
 //!   `runtime.LoadedKernelModuleController`: the node's kernel modules (the image's boot
 //!   modules and `machine.kernel.modules`), loaded in a VM, and what the kernel has loaded.
-//! - `runtime.BlockDeviceAccessController`: a VM's block device nodes given to blockd's group.
+//! - `runtime.BlockDeviceAccessController`: a VM's block device nodes given to blockd's group,
+//!   except a mounted system volume's and its disk's, which are no daemon's (crate::devices).
 //! - `config.RedactController`: every `MachineConfig` of `config` copied to `config-redacted`
 //!   with its secrets redacted ([`machinery::config::Config::redact`]): what networkd (and
 //!   every daemon but the key holders) reads, so that no key leaves `config`.
@@ -31,6 +32,7 @@ use machinery::resources::runtime::{
 };
 use tokio::sync::watch;
 
+use crate::devices::DeviceAccess;
 use crate::manifest::Daemon;
 use crate::services::Envelopes;
 use crate::supervisor::Supervisor;
@@ -157,6 +159,8 @@ pub struct ServiceSpecController {
     pub envelopes: Envelopes,
     /// Where the seccomp profiles are.
     pub profiles_dir: PathBuf,
+    /// The node's block devices (a VM's): no service may reach a protected one.
+    pub devices: Option<Arc<DeviceAccess>>,
     /// What was last acted on, by service ID: the spec and the daemon that asked.
     known: BTreeMap<String, (String, ServiceSpecSpec)>,
 }
@@ -168,8 +172,16 @@ impl ServiceSpecController {
             supervisor,
             envelopes: Envelopes::of(daemons),
             profiles_dir,
+            devices: None,
             known: BTreeMap::new(),
         }
+    }
+
+    /// Refuses services that reach a device `devices` protects.
+    #[must_use]
+    pub fn protecting(mut self, devices: Arc<DeviceAccess>) -> Self {
+        self.devices = Some(devices);
+        self
     }
 }
 
@@ -224,12 +236,18 @@ impl Controller for ServiceSpecController {
                 if self.known.get(&id) == Some(&(daemon.clone(), spec.clone())) {
                     continue;
                 }
+                let protected = self
+                    .devices
+                    .as_ref()
+                    .map(|d| d.protected())
+                    .unwrap_or_default();
                 match self.envelopes.check(
                     &self.supervisor,
                     &daemon,
                     &id,
                     &spec,
                     &self.profiles_dir,
+                    &protected,
                 ) {
                     Ok(launch) => {
                         tracing::info!(service = %id, %daemon, "starting requested service");
@@ -633,14 +651,15 @@ pub const DEVICE_RESYNC: std::time::Duration = std::time::Duration::from_secs(2)
 /// nodes (`root:<blockd's gid>`, mode 0660), as udev gives them to its `disk` group: blockd
 /// needs no capability to probe and partition them, and no other daemon can open them. Nodes
 /// that appear later (a disk attached, partitions re-read) are given it within
-/// [`DEVICE_RESYNC`]. Only block devices are touched, never through a symlink.
+/// [`DEVICE_RESYNC`]. A mounted system volume's device and the disk that holds it are no
+/// daemon's (`root:root` 0600), never handed back; blockd is restarted when one it could open
+/// is taken from it, and a requested service that reaches one is stopped
+/// ([`DeviceAccess::enforce`]). Only block devices are touched, never through a symlink.
 pub struct BlockDeviceAccessController {
-    /// blockd's gid.
-    pub gid: u32,
-    /// `/sys/class/block`.
-    pub sys_class_block: PathBuf,
-    /// `/dev`.
-    pub dev: PathBuf,
+    /// The nodes, blockd, and what is protected.
+    pub devices: Arc<DeviceAccess>,
+    /// The units (blockd, requested services); `None`: nodes only.
+    pub supervisor: Option<Arc<Supervisor>>,
 }
 
 impl Controller for BlockDeviceAccessController {
@@ -657,41 +676,11 @@ impl Controller for BlockDeviceAccessController {
     }
 
     async fn reconcile(&mut self, _ctx: &mut Context) -> Result<Action, ReconcileError> {
-        use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
-        let names: Vec<String> = std::fs::read_dir(&self.sys_class_block)
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut failed = Vec::new();
-        for name in names {
-            if name.contains('/') || name.starts_with('.') {
-                continue;
-            }
-            let path = self.dev.join(&name);
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if !meta.file_type().is_block_device() {
-                continue;
-            }
-            if meta.gid() == self.gid && meta.permissions().mode() & 0o7777 == 0o660 {
-                continue;
-            }
-            let result = std::os::unix::fs::lchown(&path, None, Some(self.gid)).and_then(|()| {
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
-            });
-            match result {
-                Ok(()) => tracing::debug!(device = %path.display(), "given to blockd"),
-                Err(e) => failed.push(format!("{}: {e}", path.display())),
-            }
-        }
-        if !failed.is_empty() {
+        let applied = self.devices.enforce(self.supervisor.as_ref()).await;
+        if !applied.failed.is_empty() {
             return Err(ReconcileError::other(format!(
-                "cannot give blockd its devices: {}",
-                failed.join("; ")
+                "cannot set the access of block devices: {}",
+                applied.failed.join("; ")
             )));
         }
         Ok(Action::RequeueAfter(DEVICE_RESYNC))

@@ -13,6 +13,7 @@
 //! - [`supervisor`]: units, restarts, readiness, stop; [`reaper`]: the one `waitpid`;
 //!   [`logs`]: output ring buffers;
 //! - [`services`]: requested services and envelopes; [`security`]: the observed sandbox;
+//! - [`volumes`]: the system volumes init mounts; [`devices`]: who may open block devices;
 //! - [`controllers`]: init's reconcile loops on the controller runtime (statuses in stated,
 //!   requested services, the node's hostname); [`control`]: the control socket; [`pid1`]:
 //!   mounts, mode, power; [`hostname`]: setting the node's hostname;
@@ -24,6 +25,7 @@ pub mod acquire;
 pub mod apply;
 pub mod control;
 pub mod controllers;
+pub mod devices;
 pub mod hostname;
 pub mod kmod;
 pub mod kmsg;
@@ -133,8 +135,10 @@ pub async fn run(config: Config) -> Result<PowerAction, Error> {
     write_readonly(&manifest_file, &manifest.text).map_err(prepare_error(&manifest_file))?;
 
     // A VM's STATE (stated's durable namespaces) before the daemons' directories are made.
+    // What it mounts is protected before any daemon starts.
     if config.mode == Mode::Vm && paths.root == Path::new("/") {
-        let _ = tokio::task::spawn_blocking(volumes::mount_state_early).await;
+        let devices = devices::DeviceAccess::node(blockd_of(&manifest));
+        let _ = tokio::task::spawn_blocking(move || volumes::mount_state_early(&devices)).await;
     }
     let mut held: Vec<(String, Arc<OwnedFd>)> = Vec::new();
     for d in &manifest.daemons {
@@ -330,14 +334,21 @@ async fn boot(
         forwarding: false,
         ready_logged: false,
     }));
-    register(runtime.register(controllers::ServiceSpecController::new(
-        supervisor.clone(),
-        &manifest.daemons,
-        profiles_dir.clone(),
-    )));
     // Kernel modules: specs always (they say what the configuration asks for), loading and
     // the loaded list only as a VM's PID 1 (a container-mode node shares the host's kernel).
     let vm = config.mode == Mode::Vm;
+    // A VM's block devices: blockd's, but for the system volumes' (no daemon's, and no
+    // service may reach them).
+    let devices = vm.then(|| Arc::new(devices::DeviceAccess::node(blockd_of(&manifest))));
+    let services = controllers::ServiceSpecController::new(
+        supervisor.clone(),
+        &manifest.daemons,
+        profiles_dir.clone(),
+    );
+    register(runtime.register(match &devices {
+        Some(d) => services.protecting(d.clone()),
+        None => services,
+    }));
     let boot_modules = if vm {
         controllers::KernelModuleConfigController::boot_modules(std::path::Path::new(
             "/usr/lib/modules-load.d",
@@ -347,19 +358,17 @@ async fn boot(
     };
     let first = boot_modules.iter().map(|(n, _)| n.clone()).collect();
     register(runtime.register(controllers::KernelModuleConfigController { boot: boot_modules }));
-    if vm {
-        if let Some(blockd) = manifest.daemons.iter().find(|d| d.name == "blockd") {
-            register(runtime.register(controllers::BlockDeviceAccessController {
-                gid: blockd.gid,
-                sys_class_block: PathBuf::from("/sys/class/block"),
-                dev: PathBuf::from("/dev"),
-            }));
-        }
+    if let Some(devices) = &devices {
+        register(runtime.register(controllers::BlockDeviceAccessController {
+            devices: devices.clone(),
+            supervisor: Some(supervisor.clone()),
+        }));
         register(runtime.register(volumes::SystemVolumeMountController {
             applier: applier.clone(),
             supervisor: supervisor.clone(),
             broker: broker.name.clone(),
             manifest: manifest.clone(),
+            devices: Some(devices.clone()),
             said: Default::default(),
         }));
         register(runtime.register(controllers::KernelModuleSpecController::new(first)));
@@ -422,6 +431,11 @@ async fn define_types(client: &cosi::Client) {
     if let Err(e) = client.define_types_retrying(&defs, "init").await {
         tracing::error!(error = %e, "cannot define the runtime and config types");
     }
+}
+
+/// blockd's name and gid, if the manifest has it.
+fn blockd_of(manifest: &Manifest) -> Option<(String, u32)> {
+    manifest.daemon("blockd").map(|d| (d.name.clone(), d.gid))
 }
 
 /// stated's socket: the held listening socket's path, or the `--socket` argument.

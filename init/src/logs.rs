@@ -85,6 +85,39 @@ impl LogBuffer {
         ring.lines.iter().skip(skip).cloned().collect()
     }
 
+    /// The sequence number the next line will get (to tell one run's lines from earlier ones).
+    pub fn next_seq(&self) -> u64 {
+        self.lock().next
+    }
+
+    /// The newest lines from sequence number `seq` on, joined by newlines, at most `max` bytes:
+    /// whole lines (invalid UTF-8 replaced), except a newest line longer than `max` alone, which
+    /// is cut to its last `max` bytes (at a character boundary). A one-shot service's
+    /// `ServiceStatus` output.
+    pub fn text_since(&self, seq: u64, max: usize) -> String {
+        let ring = self.lock();
+        let mut kept: Vec<String> = Vec::new();
+        let mut bytes = 0;
+        for line in ring.lines.iter().rev().take_while(|l| l.seq >= seq) {
+            let text = String::from_utf8_lossy(&line.text).into_owned();
+            let need = text.len() + usize::from(!kept.is_empty());
+            if bytes + need > max {
+                if kept.is_empty() {
+                    let mut cut = text.len() - max;
+                    while !text.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    kept.push(text[cut..].to_string());
+                }
+                break;
+            }
+            bytes += need;
+            kept.push(text);
+        }
+        kept.reverse();
+        kept.join("\n")
+    }
+
     /// New lines from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Line> {
         self.tx.subscribe()
@@ -136,5 +169,22 @@ mod tests {
         assert_eq!(last[1].seq, (MAX_LINES + 9) as u64);
         b.push(&vec![b'x'; MAX_LINE * 2]);
         assert_eq!(b.tail(Some(1))[0].text.len(), MAX_LINE);
+    }
+
+    #[test]
+    fn the_text_of_a_run_is_its_newest_whole_lines_within_the_bound() {
+        let b = LogBuffer::new();
+        b.push(b"an earlier run");
+        let start = b.next_seq();
+        assert_eq!(b.text_since(start, 4096), "");
+        b.push(b"DEVNAME=/dev/vda");
+        b.push(b"PTTYPE=gpt");
+        assert_eq!(b.text_since(start, 4096), "DEVNAME=/dev/vda\nPTTYPE=gpt");
+        // 10 bytes: "PTTYPE=gpt" fits, the line before it with its newline does not.
+        assert_eq!(b.text_since(start, 20), "PTTYPE=gpt");
+        assert_eq!(b.text_since(start, 27), "DEVNAME=/dev/vda\nPTTYPE=gpt");
+        // A newest line longer than the bound alone: its end, cut at a character boundary.
+        b.push("é".repeat(10).as_bytes());
+        assert_eq!(b.text_since(start, 5), "éé");
     }
 }

@@ -2,8 +2,10 @@
 //! against that daemon's envelope in the manifest (binaries, capabilities, paths, uids, ports,
 //! seccomp profiles it may grant) and runs it sandboxed like a daemon, or keeps a failed
 //! `ServiceStatus` whose message says every reason it was refused. Deleting the `ServiceSpec`
-//! stops the service; changing it restarts it with the new spec. The reconcile loop is
-//! `runtime.ServiceSpecController` (crate::controllers); the checks are here.
+//! stops the service; changing it restarts it with the new spec. No service may have a path
+//! rule that reaches a protected block device (a system volume's, crate::devices), whatever
+//! its envelope allows. The reconcile loop is `runtime.ServiceSpecController`
+//! (crate::controllers); the checks are here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -12,6 +14,7 @@ use std::time::Duration;
 use machinery::resources::runtime::{ServiceSpecSpec, UnitKind};
 use sandbox::{CapSet, LandlockPolicy, PathAccess, PathRule, Policy};
 
+use crate::devices::Protected;
 use crate::manifest::{seccomp_policy, Daemon, Envelope, Readiness, RestartPolicy};
 use crate::supervisor::{Launch, Supervisor};
 
@@ -52,8 +55,8 @@ impl Envelopes {
             .map(|(ns, d, _)| (ns.as_str(), d.as_str()))
     }
 
-    /// The service's launch if `daemon`'s spec stays within its envelope, else every reason it
-    /// does not.
+    /// The service's launch if `daemon`'s spec stays within its envelope and reaches none of
+    /// the `protected` devices, else every reason it does not.
     pub fn check(
         &self,
         supervisor: &Supervisor,
@@ -61,6 +64,7 @@ impl Envelopes {
         id: &str,
         spec: &ServiceSpecSpec,
         profiles_dir: &Path,
+        protected: &Protected,
     ) -> Result<Launch, Vec<String>> {
         let Some((_, _, envelope)) = self.by_namespace.iter().find(|(_, d, _)| d == daemon) else {
             return Err(vec![format!("daemon {daemon} has no envelope")]);
@@ -72,6 +76,7 @@ impl Envelopes {
             reserved: &self.reserved,
             daemon_uids: &self.daemon_uids,
             profiles_dir,
+            protected,
         };
         c.check(id, spec)
     }
@@ -84,6 +89,7 @@ struct Checker<'a> {
     reserved: &'a BTreeSet<String>,
     daemon_uids: &'a BTreeSet<u32>,
     profiles_dir: &'a Path,
+    protected: &'a Protected,
 }
 
 impl Checker<'_> {
@@ -91,6 +97,10 @@ impl Checker<'_> {
     /// not.
     fn check(&self, id: &str, spec: &ServiceSpecSpec) -> Result<Launch, Vec<String>> {
         let mut why = check_envelope(self.envelope, spec);
+        why.extend(
+            self.protected
+                .reasons(spec.paths.iter().map(|p| Path::new(&p.path))),
+        );
         if self.reserved.contains(id) {
             why.push(format!("{id:?} is the name of a daemon"));
         }
@@ -297,5 +307,85 @@ mod tests {
         assert_eq!(why.len(), 7, "{why:#?}");
         assert!(why.iter().any(|w| w.contains("CAP_SYS_ADMIN")));
         assert!(why.iter().any(|w| w.contains("port 22")));
+    }
+
+    /// blockd's mkfs.xfs request (as blockd writes it) on `device`.
+    fn mkfs(device: &str) -> ServiceSpecSpec {
+        let path = |p: &str, a: &str| ServicePath {
+            path: p.into(),
+            access: a.into(),
+        };
+        ServiceSpecSpec {
+            binary: "/usr/bin/mkfs.xfs".into(),
+            args: vec!["-L".into(), "EPHEMERAL".into(), device.into()],
+            uid: 1_990_001_500,
+            gid: 1_990_001_500,
+            capabilities: vec!["CAP_SYS_ADMIN".into(), "CAP_DAC_OVERRIDE".into()],
+            paths: vec![
+                path(device, "read-write"),
+                path("/sys", "read-only"),
+                path("/proc", "read-only"),
+                path("/usr/bin/mkfs.xfs", "exec"),
+                path("/usr/lib", "exec"),
+                path("/lib64", "exec"),
+            ],
+            seccomp_profile: "mkfs".into(),
+            restart: false,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_service_reaching_a_protected_device_is_refused_and_one_beside_it_is_not() {
+        let paths = crate::manifest::Paths {
+            root: "/".into(),
+            bin: "/usr/bin".into(),
+        };
+        let m = crate::manifest::parse(crate::DEFAULT_MANIFEST, &paths).unwrap();
+        let envelopes = Envelopes::of(&m.daemons);
+        let sup = Supervisor::new(crate::reaper::Reaper::new());
+        // STATE mounted from /dev/vda3: it and its disk are protected.
+        let protected = Protected {
+            dev: "/dev".into(),
+            devices: [
+                (
+                    "vda".to_string(),
+                    "is the disk that holds STATE".to_string(),
+                ),
+                ("vda3".to_string(), "holds STATE".to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let check = |device: &str, protected: &Protected| {
+            envelopes.check(
+                &sup,
+                "blockd",
+                "mkfs-ephemeral",
+                &mkfs(device),
+                Path::new("/run/init/seccomp"),
+                protected,
+            )
+        };
+        // EPHEMERAL's partition, beside STATE's on the same disk: within blockd's envelope.
+        assert!(check("/dev/vda4", &protected).is_ok());
+        for (device, reason) in [
+            ("/dev/vda3", "reaches /dev/vda3, which holds STATE"),
+            (
+                "/dev/vda",
+                "reaches /dev/vda, which is the disk that holds STATE",
+            ),
+            (
+                "/dev",
+                "reaches /dev/vda, which is the disk that holds STATE",
+            ),
+        ] {
+            let why = check(device, &protected).unwrap_err();
+            assert_eq!(why.len(), 1, "{device}: only that: {why:#?}");
+            assert!(why[0].contains(reason), "{device}: {why:?}");
+            assert!(why[0].contains("no service may have it"), "{why:?}");
+        }
+        // Before STATE is mounted (a first boot), the same request for its partition runs.
+        assert!(check("/dev/vda3", &Protected::default()).is_ok());
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use machinery::resources::runtime::{
-    DaemonSecuritySpec, ServiceState, ServiceStatusSpec, UnitKind,
+    DaemonSecuritySpec, ServiceState, ServiceStatusSpec, UnitKind, SERVICE_OUTPUT_MAX,
 };
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -210,6 +210,43 @@ impl Supervisor {
         self.changed.notify_one();
     }
 
+    /// Stops a unit (if it runs) and keeps it as one that cannot run again, its status as it
+    /// was with `reason` as its message (failed, unless it had finished): a requested service
+    /// whose rules reach a device that became protected. A start is then refused with the
+    /// reason, as for a refused service.
+    pub async fn revoke(&self, id: &str, reason: String) {
+        let Some(unit) = self.get(id) else { return };
+        if unit.launch.is_none() {
+            return;
+        }
+        let _ = self.command(&unit, Cmd::Stop).await;
+        let mut status = unit.snapshot();
+        if status.state != ServiceState::Finished {
+            status.state = ServiceState::Failed;
+        }
+        status.pid = 0;
+        status.ready = false;
+        status.healthy = false;
+        status.message = reason;
+        let revoked = Arc::new(Unit {
+            id: id.to_string(),
+            launch: None,
+            status: watch::channel(status).0,
+            security: Mutex::new(None),
+            applied: Mutex::new(None),
+            logs: unit.logs.clone(),
+            cmd: mpsc::unbounded_channel().0,
+        });
+        {
+            let mut units = self.lock();
+            // Unless a new spec replaced it meanwhile (checked against the protected devices).
+            if units.get(id).is_some_and(|u| Arc::ptr_eq(u, &unit)) {
+                units.insert(id.to_string(), revoked);
+            }
+        }
+        self.changed.notify_one();
+    }
+
     /// Stops a unit and forgets it.
     pub async fn remove(&self, id: &str) {
         let Some(unit) = self.get(id) else { return };
@@ -326,7 +363,14 @@ struct Running {
     child: sandbox::Child,
     exit: oneshot::Receiver<Exit>,
     notify: Option<tokio::net::unix::pipe::Receiver>,
+    /// The task that reads its output into the unit's log buffer (it ends at EOF).
+    output: tokio::task::JoinHandle<()>,
 }
+
+/// How long, once a one-shot service's run ended, its output pipe is still read (until every
+/// writer closed it) before its `output` is taken: a process that left its group and keeps
+/// the pipe open does not hold the status back longer.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 
 /// How one run ended.
 enum RunEnd {
@@ -429,9 +473,19 @@ async fn run_unit(
             set(&unit, &sup, |s| s.restarts += 1);
         }
         started_once = true;
+        // This run's output starts here (a one-shot service's status carries it once it ended).
+        let first_line = unit.logs.next_seq();
+        let output = || {
+            if launch.restart_always {
+                String::new()
+            } else {
+                unit.logs.text_since(first_line, SERVICE_OUTPUT_MAX)
+            }
+        };
         set(&unit, &sup, |s| {
             s.state = ServiceState::Starting;
             s.message.clear();
+            s.output.clear();
         });
         let end = match spawn(&unit, &launch, &sup.reaper).await {
             Ok(running) => {
@@ -468,9 +522,11 @@ async fn run_unit(
             RunEnd::Dropped => return,
             RunEnd::Stopped(ack) => {
                 want_up = false;
+                let output = output();
                 set(&unit, &sup, |s| {
                     s.state = ServiceState::Stopped;
                     s.message.clear();
+                    s.output = output;
                 });
                 let _ = ack.send(());
             }
@@ -489,7 +545,13 @@ async fn run_unit(
                     note.clone()
                 };
                 tracing::info!(unit = %unit.id, exit = %last, "ended");
-                set(&unit, &sup, |s| s.last_exit = exit.to_string());
+                // The output with the exit, before the state says it ended: whoever waits for
+                // the end reads both.
+                let output = output();
+                set(&unit, &sup, |s| {
+                    s.last_exit = exit.to_string();
+                    s.output = output;
+                });
                 if *stopping.borrow() {
                     want_up = false;
                     set(&unit, &sup, |s| s.state = ServiceState::Stopped);
@@ -591,7 +653,7 @@ async fn spawn(unit: &Arc<Unit>, launch: &Launch, reaper: &Reaper) -> Result<Run
     .await
     .map_err(|e| format!("spawn task: {e}"))??;
     let exit = reaper.watch(child.pid());
-    tokio::spawn(unit.logs.clone().collect(out, program));
+    let output = tokio::spawn(unit.logs.clone().collect(out, program));
     let notify = match notify {
         Some(fd) => Some(
             tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
@@ -604,6 +666,7 @@ async fn spawn(unit: &Arc<Unit>, launch: &Launch, reaper: &Reaper) -> Result<Run
         child,
         exit,
         notify,
+        output,
     })
 }
 
@@ -689,6 +752,10 @@ async fn supervise(
     };
     // Whatever it left in its process group goes with it.
     let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    if !launch.restart_always {
+        // Every line it printed is in the buffer before a one-shot run's output is taken.
+        let _ = tokio::time::timeout(OUTPUT_DRAIN, &mut running.output).await;
+    }
     set(unit, sup, |s| {
         s.pid = 0;
         s.ready = false;

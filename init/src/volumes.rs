@@ -11,6 +11,11 @@
 //!   stated restarted in place, its landlock rule then naming the new filesystem;
 //!   EPHEMERAL at `/var`) and publishes a `MountStatus` for each mounted one. It never mounts
 //!   over a mount, and only a partition of this machine's disks that holds xfs.
+//!
+//! A mounted system volume's partition and the disk that holds it are no daemon's from the
+//! moment it is mounted (crate::devices): STATE's before what stated wrote is copied onto it,
+//! blockd restarted if it could open them (no fd of it survives), and at boot before any
+//! daemon starts.
 
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
@@ -20,6 +25,8 @@ use cosi::runtime::{Action, Context, Controller, Input, Output, ReconcileError};
 use cosi::Resource;
 use machinery::resources::block::{MountRequestSpec, MountStatusSpec, VolumeStatusSpec};
 use nix::mount::{mount, MsFlags};
+
+use crate::devices::DeviceAccess;
 
 /// A system volume's place.
 pub struct SystemMount {
@@ -180,8 +187,17 @@ fn load_modules(modules: &[&str]) {
 /// named STATE at `/system/state` when there is exactly one and it holds xfs. Anything else
 /// (no disk, a first boot, a broken STATE) is logged, and the boot goes on with the image's
 /// directory (blockd then prepares STATE, and the controller mounts it). EPHEMERAL, when
-/// it holds xfs, is mounted at `/var` the same way.
-pub fn mount_state_early() {
+/// it holds xfs, is mounted at `/var` the same way. What is mounted is protected at once
+/// (`devices`): no daemon runs yet, none has to be restarted.
+pub fn mount_state_early(devices: &DeviceAccess) {
+    mount_early(devices);
+    let applied = devices.apply();
+    if !applied.failed.is_empty() {
+        tracing::error!(failed = ?applied.failed, "cannot protect the system volumes' devices");
+    }
+}
+
+fn mount_early(devices: &DeviceAccess) {
     let load = load_modules;
     load(DISK_MODULES);
     let sys = Path::new("/sys/class/block");
@@ -221,7 +237,10 @@ pub fn mount_state_early() {
     }
     let _ = std::fs::create_dir_all(target);
     match mount_xfs(&dev, target, system_mounts()[0].flags) {
-        Ok(()) => tracing::info!(device = %dev.display(), "STATE mounted at /system/state"),
+        Ok(()) => {
+            devices.claim("STATE", &name);
+            tracing::info!(device = %dev.display(), "STATE mounted at /system/state");
+        }
         Err(e) => tracing::error!(error = %e, "STATE not mounted"),
     }
     // EPHEMERAL too, so that the daemons find /var (etcd's data) from their start.
@@ -236,6 +255,7 @@ pub fn mount_state_early() {
             let _ = std::fs::create_dir_all(var);
             match mount_xfs(&dev, var, system_mounts()[1].flags) {
                 Ok(()) => {
+                    devices.claim("EPHEMERAL", &name);
                     for d in ["lib", "log"] {
                         let _ = std::fs::create_dir_all(var.join(d));
                     }
@@ -347,8 +367,27 @@ pub fn adopt_state(
     staging: &Path,
     flags: MsFlags,
 ) -> Result<(), String> {
+    stage_state(dev, staging, flags)?;
+    finish_state(target, staging)
+}
+
+/// The first half of [`adopt_state`]: the new STATE mounted at `staging` (nothing copied yet).
+///
+/// # Errors
+///
+/// It cannot be mounted there.
+pub fn stage_state(dev: &Path, staging: &Path, flags: MsFlags) -> Result<(), String> {
     std::fs::create_dir_all(staging).map_err(|e| format!("{}: {e}", staging.display()))?;
-    mount_xfs(dev, staging, flags)?;
+    mount_xfs(dev, staging, flags)
+}
+
+/// The second half of [`adopt_state`]: what `target` holds copied onto the STATE staged at
+/// `staging` (unless it holds files already), which is then moved over `target`.
+///
+/// # Errors
+///
+/// What failed, with the staging mount undone.
+pub fn finish_state(target: &Path, staging: &Path) -> Result<(), String> {
     let done = (|| {
         let meta = std::fs::metadata(target).map_err(|e| format!("{}: {e}", target.display()))?;
         // A STATE that already holds files is one of an earlier boot that was not mounted before
@@ -400,8 +439,35 @@ pub struct SystemVolumeMountController {
     pub broker: String,
     /// The daemons' directories and landlock rules (those under `/var` move to EPHEMERAL).
     pub manifest: Arc<machinery::manifest::Manifest>,
+    /// The block devices: a volume's device is protected from its mount on.
+    pub devices: Option<Arc<DeviceAccess>>,
     /// Errors already logged, by volume (logged again when they change).
     pub said: std::collections::BTreeMap<String, String>,
+}
+
+impl SystemVolumeMountController {
+    /// `dev` is mounted for `volume`: it and its disk are no daemon's from now on (blockd
+    /// restarted if it could open them, services that reach them stopped).
+    async fn protect(&self, volume: &str, dev: &Path) -> Result<(), String> {
+        let Some(devices) = &self.devices else {
+            return Ok(());
+        };
+        let name = dev
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        devices
+            .protect_mounted(volume, &name, Some(&self.supervisor))
+            .await
+            .map(drop)
+    }
+
+    /// The mount of `dev` was undone: it is protected only if mounted at a volume's place.
+    fn unprotect(&self, dev: &Path) {
+        if let (Some(devices), Some(name)) = (&self.devices, dev.file_name()) {
+            devices.release(&name.to_string_lossy());
+        }
+    }
 }
 
 impl Controller for SystemVolumeMountController {
@@ -442,16 +508,34 @@ impl Controller for SystemVolumeMountController {
                                 None => None,
                             };
                             let flags = m.flags;
-                            let adopted = tokio::task::spawn_blocking(move || {
-                                adopt_state(
-                                    &dev,
-                                    Path::new("/system/state"),
-                                    Path::new("/run/init/state-new"),
-                                    flags,
-                                )
-                            })
-                            .await
-                            .unwrap_or_else(|e| Err(format!("mounting ended: {e}")));
+                            let staging = Path::new("/run/init/state-new");
+                            let staged = {
+                                let dev = dev.clone();
+                                tokio::task::spawn_blocking(move || {
+                                    stage_state(&dev, staging, flags)
+                                })
+                                .await
+                                .unwrap_or_else(|e| Err(format!("mounting ended: {e}")))
+                            };
+                            // Protected (blockd restarted) before the configuration is
+                            // copied onto it: nothing opened before can read it.
+                            let adopted = match staged {
+                                Err(e) => Err(e),
+                                Ok(()) => match self.protect(m.volume, &dev).await {
+                                    Err(e) => {
+                                        let _ = nix::mount::umount(staging);
+                                        Err(e)
+                                    }
+                                    Ok(()) => tokio::task::spawn_blocking(move || {
+                                        finish_state(Path::new("/system/state"), staging)
+                                    })
+                                    .await
+                                    .unwrap_or_else(|e| Err(format!("mounting ended: {e}"))),
+                                },
+                            };
+                            if adopted.is_err() {
+                                self.unprotect(&dev);
+                            }
                             if adopted.is_ok() {
                                 tracing::info!(daemon = %self.broker, "STATE took over its directory: restarting it there");
                                 if let Err(e) = self.supervisor.restart(&self.broker).await {
@@ -462,11 +546,20 @@ impl Controller for SystemVolumeMountController {
                         }
                         Ok(dev) => {
                             let _ = std::fs::create_dir_all(target);
-                            let mounted = mount_xfs(&dev, target, m.flags).map(|()| {
+                            let mut mounted = mount_xfs(&dev, target, m.flags);
+                            if mounted.is_ok() {
+                                // Protected before anything is written there.
+                                mounted = self.protect(m.volume, &dev).await;
+                                if mounted.is_err() {
+                                    self.unprotect(&dev);
+                                    let _ = nix::mount::umount(target);
+                                }
+                            }
+                            if mounted.is_ok() {
                                 for d in ["lib", "log"] {
                                     let _ = std::fs::create_dir_all(target.join(d));
                                 }
-                            });
+                            }
                             if mounted.is_ok() && m.target == "/var" {
                                 adopt_var(&self.manifest, &self.supervisor).await;
                             }

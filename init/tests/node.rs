@@ -517,6 +517,117 @@ async fn a_requested_service_runs_sandboxed_within_the_envelope_and_one_asking_m
     }
 }
 
+/// `seq 1 <last>` as a one-shot service (`restart: false`) of `uid`.
+fn seq_spec(uid: u32, last: u32) -> ServiceSpecSpec {
+    let path = |p: &str, a: &str| machinery::resources::runtime::ServicePath {
+        path: p.into(),
+        access: a.into(),
+    };
+    ServiceSpecSpec {
+        binary: "/usr/bin/seq".into(),
+        args: vec!["1".into(), last.to_string()],
+        uid,
+        gid: uid,
+        paths: vec![
+            path("/usr/bin/seq", "exec"),
+            path("/usr/lib", "exec"),
+            path("/lib64", "exec"),
+            path("/etc/ld.so.cache", "read-only"),
+        ],
+        // seq asks the terminal of its output (an ioctl the service profile has not).
+        seccomp_profile: "testd".into(),
+        restart: false,
+        ..Default::default()
+    }
+}
+
+/// What a one-shot service printed is in its `ServiceStatus` once it ended, beside its exit
+/// (what the daemon that asked reads, as blockd will read `blkid -p -o export`): all of it
+/// when short, the newest whole lines within 4096 bytes when longer; nothing for a daemon.
+#[tokio::test]
+async fn a_one_shot_services_output_is_in_its_status_once_it_ended() {
+    require_root!();
+    let _one = NODES.lock().await;
+    let node = Node::builder()
+        .without_networkd()
+        .daemon(testd("test-a", 1100, "test-a").extra(
+            "    envelope:
+      binaries: [/usr/bin/seq]
+      capabilities: []
+      paths:
+        - {path: /usr, access: exec}
+        - {path: /lib64, access: exec}
+        - {path: /etc/ld.so.cache, access: read-only}
+      uids: [1990002000, 1990002099]
+      profiles: [testd]
+",
+        ))
+        .start();
+    node.wait_healthy(&["stated", "test-a"], T).await;
+    for (id, last) in [("short", 3), ("long", 2000)] {
+        let raw = cosi::Resource::new("test-a", id, seq_spec(node_uid(2000), last))
+            .to_raw()
+            .unwrap();
+        node.state()
+            .create(&raw, "test.ItemController")
+            .await
+            .unwrap();
+    }
+    let status = |id: &'static str| {
+        let node = &node;
+        async move {
+            let deadline = std::time::Instant::now() + T;
+            loop {
+                if let Ok(s) = node
+                    .state()
+                    .get_typed::<ServiceStatusSpec>("runtime", id)
+                    .await
+                {
+                    if s.spec.state == machinery::resources::runtime::ServiceState::Finished {
+                        return s.spec;
+                    }
+                    assert_ne!(
+                        s.spec.state,
+                        machinery::resources::runtime::ServiceState::Failed,
+                        "{id}: {:?}\n{}",
+                        s.spec,
+                        node.log_text()
+                    );
+                }
+                assert!(std::time::Instant::now() < deadline, "{id} never finished");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let short = status("short").await;
+    assert_eq!(short.last_exit, "exit 0");
+    assert_eq!(short.output, "1\n2\n3");
+    let long = status("long").await;
+    assert_eq!(long.last_exit, "exit 0");
+    let all: Vec<String> = (1..=2000).map(|i| i.to_string()).collect();
+    let all = all.join("\n");
+    let out = &long.output;
+    assert!(
+        out.len() <= 4096 && out.len() > 4096 - 5,
+        "{} bytes",
+        out.len()
+    );
+    assert!(all.ends_with(out.as_str()), "the newest lines");
+    assert!(
+        all[..all.len() - out.len()].ends_with('\n'),
+        "whole lines: {:?}",
+        &out[..10]
+    );
+    assert!(out.ends_with("\n1999\n2000"));
+    // A daemon's status carries none.
+    let daemon = node
+        .state()
+        .get_typed::<ServiceStatusSpec>("runtime", "test-a")
+        .await
+        .unwrap();
+    assert_eq!(daemon.spec.output, "");
+}
+
 /// init's reconcile loops are controllers on the runtime: its dependency graph is published
 /// (for `talosctl inspect dependencies`) with what each reads and writes.
 #[tokio::test]

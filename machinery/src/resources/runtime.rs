@@ -116,11 +116,20 @@ pub struct ServiceStatusSpec {
     /// it waits for.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    /// For a service that does not restart, once a run ended: the last (at most 4096) bytes of
-    /// what it printed, whole lines (how the daemon that asked learns its result: blkid's).
+    /// For a service that does not restart (`restart: false`), once a run of it ended: the
+    /// end of what that run printed (stdout and stderr, as init keeps its log lines), whole
+    /// lines joined by newlines, at most [`SERVICE_OUTPUT_MAX`] bytes (the newest lines; a
+    /// newest line longer than that alone is cut to its end). This is how the daemon that
+    /// asked for a one-shot service (blockd's `blkid -p -o export <device>`) reads its result
+    /// from the status it already watches; `last_exit` says how it ended. Empty while it runs,
+    /// and always for daemons and services that restart (their output is in their logs).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub output: String,
 }
+
+/// The most bytes of a one-shot service's output its `ServiceStatus` carries
+/// ([`ServiceStatusSpec::output`]).
+pub const SERVICE_OUTPUT_MAX: usize = 4096;
 
 impl ResourceSpec for ServiceStatusSpec {
     const TYPE: &'static str = "ServiceStatuses.runtime.talos.dev";
