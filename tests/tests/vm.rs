@@ -56,6 +56,110 @@ impl Drop for Console {
     }
 }
 
+/// Whether sfdisk and mkfs.xfs are here (disk images are made with them).
+fn have_disk_tools() -> bool {
+    ["sfdisk", "mkfs.xfs"].iter().all(|p| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+    })
+}
+
+/// A VM node booted by hand: a network namespace with a bridge (`NET.1/24`), a tap, a real
+/// dnsmasq leasing `NET.10-20`, and qemu with the image's kernel and initramfs and `disks`
+/// (virtio, in order: vda, vdb…); its lease awaited. Everything goes when it is dropped.
+struct Vm {
+    ns: Netns,
+    console: PathBuf,
+    ip: String,
+    _dir: tempfile::TempDir,
+    _dnsmasq: Proc,
+    qemu: Proc,
+    _print: Console,
+}
+
+impl Vm {
+    fn boot(name: &str, net: &str, kernel: &Path, initramfs: &Path, disks: &[&Path]) -> Vm {
+        let dir = tempfile::tempdir().unwrap();
+        let ns = Netns::new(name);
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns.ip(&["link", "add", "br0", "type", "bridge"]);
+        ns.ip(&["addr", "add", &format!("{net}.1/24"), "dev", "br0"]);
+        ns.ip(&["link", "set", "br0", "up"]);
+        ns.ip(&["tuntap", "add", "tap0", "mode", "tap"]);
+        ns.ip(&["link", "set", "tap0", "master", "br0"]);
+        ns.ip(&["link", "set", "tap0", "up"]);
+        let leases = dir.path().join("leases");
+        let dnsmasq_log = dir.path().join("dnsmasq.log");
+        let dnsmasq = Proc::new(
+            Command::new("ip")
+                .args(["netns", "exec", &ns.name, "dnsmasq", "--no-daemon"])
+                .args(["--interface=br0", "--bind-interfaces"])
+                .arg(format!("--dhcp-range={net}.10,{net}.20,1h"))
+                .args(["--no-resolv", "--no-hosts", "--port=0", "--no-ping"])
+                .arg(format!("--dhcp-leasefile={}", leases.display()))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&dnsmasq_log).unwrap())
+                .spawn()
+                .expect("dnsmasq"),
+            dnsmasq_log,
+        );
+        let console = dir.path().join("console.log");
+        let print = Console(console.clone());
+        let qemu_log = dir.path().join("qemu.log");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns.name, "qemu-system-x86_64"])
+            .args([
+                "-machine", "q35", "-accel", "tcg", "-m", "1024", "-smp", "2",
+            ])
+            .arg("-kernel")
+            .arg(kernel)
+            .arg("-initrd")
+            .arg(initramfs)
+            .args(["-append", "console=ttyS0 panic=-1"]);
+        for d in disks {
+            cmd.arg("-drive")
+                .arg(format!("file={},format=raw,if=virtio", d.display()));
+        }
+        let mut qemu = Proc::new(
+            cmd.args(["-display", "none", "-monitor", "none", "-no-reboot"])
+                .arg("-serial")
+                .arg(format!("file:{}", console.display()))
+                .args([
+                    "-netdev",
+                    "tap,id=n0,ifname=tap0,script=no,downscript=no",
+                    "-device",
+                    &format!("virtio-net-pci,netdev=n0,mac={MAC}"),
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&qemu_log).unwrap())
+                .spawn()
+                .expect("qemu"),
+            qemu_log,
+        );
+        // networkd leased an address over the virtio NIC: the kernel's virtio modules are
+        // loaded.
+        let ip = wait_for("the VM's DHCP lease", Duration::from_secs(180), || {
+            assert!(qemu.running(), "qemu exited: {}", qemu.log());
+            std::fs::read_to_string(&leases)
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.contains(MAC))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+        });
+        Vm {
+            ns,
+            console,
+            ip,
+            _dir: dir,
+            _dnsmasq: dnsmasq,
+            qemu,
+            _print: print,
+        }
+    }
+}
+
 #[test]
 fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     if !testkit::require_root("it makes a network namespace, a tap and runs qemu") {
@@ -72,92 +176,15 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let ns = Netns::new("vm");
-    ns.ip(&["link", "set", "lo", "up"]);
-    ns.ip(&["link", "add", "br0", "type", "bridge"]);
-    ns.ip(&["addr", "add", "10.89.0.1/24", "dev", "br0"]);
-    ns.ip(&["link", "set", "br0", "up"]);
-    ns.ip(&["tuntap", "add", "tap0", "mode", "tap"]);
-    ns.ip(&["link", "set", "tap0", "master", "br0"]);
-    ns.ip(&["link", "set", "tap0", "up"]);
-
-    let leases = dir.path().join("leases");
-    let dnsmasq_log = dir.path().join("dnsmasq.log");
-    let _dnsmasq = Proc::new(
-        Command::new("ip")
-            .args(["netns", "exec", &ns.name, "dnsmasq", "--no-daemon"])
-            .args([
-                "--interface=br0",
-                "--bind-interfaces",
-                "--dhcp-range=10.89.0.10,10.89.0.20,1h",
-                "--no-resolv",
-                "--no-hosts",
-                "--port=0",
-                "--no-ping",
-            ])
-            .arg(format!("--dhcp-leasefile={}", leases.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&dnsmasq_log).unwrap())
-            .spawn()
-            .expect("dnsmasq"),
-        dnsmasq_log,
-    );
-
     // A disk as an installer would leave it: a GPT with STATE (xfs) and EPHEMERAL (blank).
     let disk = dir.path().join("disk.raw");
-    let have_disk_tools = ["sfdisk", "mkfs.xfs"].iter().all(|p| {
-        std::env::var_os("PATH")
-            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
-    });
-    if !have_disk_tools {
+    if !have_disk_tools() {
         testkit::skip("sfdisk or mkfs.xfs is not installed (scripts/install-deps.sh)");
         return;
     }
     make_disk(&disk);
-
-    let console = dir.path().join("console.log");
-    let _print = Console(console.clone());
-    let qemu_log = dir.path().join("qemu.log");
-    let mut qemu = Proc::new(
-        Command::new("ip")
-            .args(["netns", "exec", &ns.name, "qemu-system-x86_64"])
-            .args([
-                "-machine", "q35", "-accel", "tcg", "-m", "1024", "-smp", "2",
-            ])
-            .arg("-kernel")
-            .arg(&kernel)
-            .arg("-initrd")
-            .arg(&initramfs)
-            .args(["-append", "console=ttyS0 panic=-1"])
-            .arg("-drive")
-            .arg(format!("file={},format=raw,if=virtio", disk.display()))
-            .args(["-display", "none", "-monitor", "none", "-no-reboot"])
-            .arg("-serial")
-            .arg(format!("file:{}", console.display()))
-            .args([
-                "-netdev",
-                "tap,id=n0,ifname=tap0,script=no,downscript=no",
-                "-device",
-                &format!("virtio-net-pci,netdev=n0,mac={MAC}"),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&qemu_log).unwrap())
-            .spawn()
-            .expect("qemu"),
-        qemu_log,
-    );
-
-    // networkd leased an address over the virtio NIC: the kernel's virtio modules are loaded.
-    let ip = wait_for("the VM's DHCP lease", Duration::from_secs(180), || {
-        assert!(qemu.running(), "qemu exited: {}", qemu.log());
-        std::fs::read_to_string(&leases)
-            .unwrap_or_default()
-            .lines()
-            .find(|l| l.contains(MAC))
-            .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-    });
+    let vm = Vm::boot("vm", "10.89.0", &kernel, &initramfs, &[&disk]);
+    let (ns, console, ip) = (&vm.ns, &vm.console, vm.ip.clone());
 
     // The maintenance API answers (no configuration yet): a VM, in maintenance.
     let status = wait_for("the maintenance API", Duration::from_secs(120), || {
@@ -261,7 +288,19 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     });
     assert_eq!(volumes["vda"]["name"], "gpt", "{volumes:?}");
     assert_eq!(volumes["vda1"]["name"], "xfs", "{volumes:?}");
-    assert_eq!(volumes["vda1"]["label"], "STATE", "{volumes:?}");
+    // STATE holds the node's keys: init mounted it at boot and made its device (and its
+    // disk's) root's, so blockd locates it from what the kernel and init say, reading nothing
+    // of it: no filesystem UUID or label.
+    assert_eq!(
+        volumes["vda1"]["label"].as_str().unwrap_or_default(),
+        "",
+        "{volumes:?}"
+    );
+    assert_eq!(
+        volumes["vda1"]["uuid"].as_str().unwrap_or_default(),
+        "",
+        "{volumes:?}"
+    );
     assert_eq!(volumes["vda1"]["partitionLabel"], "STATE", "{volumes:?}");
     assert!(
         volumes["vda1"]["devicePath"]
@@ -291,16 +330,6 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     assert_eq!(
         statuses["EPHEMERAL"]["location"], "/dev/vda2",
         "{statuses:?}"
-    );
-    // The same UUID blkid reads on the host from the image.
-    let blkid = Command::new("blkid")
-        .args(["-p", "-o", "value", "-s", "UUID", "-O", "1048576"])
-        .arg(&disk)
-        .output()
-        .unwrap();
-    assert_eq!(
-        volumes["vda1"]["uuid"].as_str().unwrap_or_default(),
-        String::from_utf8_lossy(&blkid.stdout).trim()
     );
 }
 
@@ -577,13 +606,15 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
     let volumes = system_volumes_ready(&cluster, "STATE and EPHEMERAL ready");
     assert_eq!(volumes["STATE"]["location"], "/dev/vda1", "{volumes:?}");
     assert_eq!(volumes["EPHEMERAL"]["location"], "/dev/vda2", "{volumes:?}");
-    let uuids: Vec<String> = ["STATE", "EPHEMERAL"]
-        .iter()
-        .map(|v| volumes[*v]["uuid"].as_str().unwrap_or_default().to_string())
-        .collect();
-    assert!(uuids.iter().all(|u| u.len() == 36), "{volumes:?}");
-    // Checked from the host, on the image itself: a GPT with both, xfs on each, the UUIDs
-    // blockd reports.
+    // Mounted, their devices are init's: blockd reads nothing of them (no filesystem UUID).
+    for v in ["STATE", "EPHEMERAL"] {
+        assert_eq!(
+            volumes[v]["uuid"].as_str().unwrap_or_default(),
+            "",
+            "{volumes:?}"
+        );
+    }
+    // Checked from the host, on the image itself: a GPT with both, xfs on each.
     let table = sfdisk_json(&disk);
     let names: Vec<&str> = table["partitions"]
         .as_array()
@@ -592,21 +623,33 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         .map(|p| p["name"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(names, ["STATE", "EPHEMERAL"], "{table}");
-    for (i, p) in table["partitions"].as_array().unwrap().iter().enumerate() {
-        let offset = p["start"].as_u64().unwrap() * 512;
-        let blkid = Command::new("blkid")
-            .args(["-p", "-o", "export", "-O", &offset.to_string()])
-            .arg(&disk)
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&blkid.stdout);
-        assert!(out.contains("TYPE=xfs"), "{out}");
-        assert!(
-            out.contains(&format!("UUID={}", uuids[i])),
-            "{out} vs {uuids:?}"
-        );
-        assert!(out.contains(&format!("LABEL={}", names[i])), "{out}");
-    }
+    // The filesystems' UUIDs, as blkid reads them from the image on the host: what tells a
+    // filesystem kept from one made again.
+    let host_uuids = || -> Vec<String> {
+        table["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let offset = p["start"].as_u64().unwrap() * 512;
+                let blkid = Command::new("blkid")
+                    .args(["-p", "-o", "export", "-O", &offset.to_string()])
+                    .arg(&disk)
+                    .output()
+                    .unwrap();
+                let out = String::from_utf8_lossy(&blkid.stdout).into_owned();
+                assert!(out.contains("TYPE=xfs"), "{out}");
+                assert!(out.contains(&format!("LABEL={}", names[i])), "{out}");
+                out.lines()
+                    .find_map(|l| l.strip_prefix("UUID="))
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let uuids = host_uuids();
+    assert!(uuids.iter().all(|u| u.len() == 36), "{uuids:?}");
     let mounted = wait_for("the mount statuses", Duration::from_secs(60), || {
         let out = cluster.talosctl(&["get", "mountstatuses", "-o", "json"]);
         let v = specs_by_id(&out.stdout);
@@ -671,14 +714,10 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
             .talosctl(&["get", "volumestatuses", "-o", "json"])
             .stdout,
     );
-    for (i, v) in ["STATE", "EPHEMERAL"].iter().enumerate() {
-        assert_eq!(again[*v]["phase"], "ready", "{again:?}");
-        assert_eq!(
-            again[*v]["uuid"].as_str(),
-            Some(uuids[i].as_str()),
-            "{again:?}"
-        );
+    for v in ["STATE", "EPHEMERAL"] {
+        assert_eq!(again[v]["phase"], "ready", "{again:?}");
     }
+    assert_eq!(host_uuids(), uuids, "reformatted after blockd's restart");
 
     // The VM's mounts, measured by its init, through apid.
     let mounts = node_tests::text(&cluster.talosctl(&["mounts"]));
@@ -798,14 +837,8 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
         "{config}"
     );
     // The second boot adopted the layout: same filesystems (UUIDs), mounted again.
-    let after = system_volumes_ready(&cluster, "STATE and EPHEMERAL ready again");
-    for (i, v) in ["STATE", "EPHEMERAL"].iter().enumerate() {
-        assert_eq!(
-            after[*v]["uuid"].as_str(),
-            Some(uuids[i].as_str()),
-            "reformatted: {after:?}"
-        );
-    }
+    system_volumes_ready(&cluster, "STATE and EPHEMERAL ready again");
+    assert_eq!(host_uuids(), uuids, "reformatted after the reboot");
     wait_for("the mounts again", Duration::from_secs(60), || {
         (mount_table() == before_restart).then_some(())
     });
@@ -838,4 +871,191 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
     assert!(!cluster.cluster_dir().exists());
     let left = node_tests::processes_mentioning(&cluster.cluster_dir().to_string_lossy());
     assert!(left.is_empty(), "processes left: {left:?}");
+}
+
+/// A disk image of `size` bytes holding an MBR (one partition from 1 MiB) and data in it.
+fn make_mbr_disk(path: &Path, size: u64) {
+    std::fs::File::create(path).unwrap().set_len(size).unwrap();
+    let mut sfdisk = Command::new("sfdisk")
+        .args(["-q", "--label", "dos"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::{Seek as _, Write as _};
+    sfdisk
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"start=2048, type=83\n")
+        .unwrap();
+    assert!(sfdisk.wait().unwrap().success());
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(std::io::SeekFrom::Start(5 * 1024 * 1024)).unwrap();
+    f.write_all(&[0xA5; 64 * 1024]).unwrap();
+}
+
+/// The first 16 MiB and the last 2 MiB of a disk image (where a partitioner writes).
+fn edges(path: &Path) -> Vec<u8> {
+    use std::io::{Read as _, Seek as _};
+    let mut f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    let mut out = vec![0u8; 16 * 1024 * 1024];
+    f.read_exact(&mut out).unwrap();
+    let mut tail = vec![0u8; 2 * 1024 * 1024];
+    f.seek(std::io::SeekFrom::Start(len - tail.len() as u64))
+        .unwrap();
+    f.read_exact(&mut tail).unwrap();
+    out.extend(tail);
+    out
+}
+
+#[test]
+fn a_vm_writes_only_its_install_disk_and_never_one_that_holds_data() {
+    if !testkit::require_root("it makes a network namespace, a tap and runs qemu") {
+        return;
+    }
+    if !testkit::require_program("qemu-system-x86_64", "apt-get install qemu-system-x86")
+        || !testkit::require_program("sfdisk", "apt-get install fdisk")
+    {
+        return;
+    }
+    let Some((kernel, initramfs)) = vm_image() else {
+        testkit::skip(
+            "no VM image in target/rootfs (run rootfs/kernel.sh && rootfs/build.sh, as \
+             scripts/test.sh does)",
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // vda: an MBR and data (what blockd's own probe does not read); vdb: blank.
+    let data = dir.path().join("data.raw");
+    let blank = dir.path().join("blank.raw");
+    make_mbr_disk(&data, 3 * 1024 * 1024 * 1024);
+    std::fs::File::create(&blank)
+        .unwrap()
+        .set_len(3 * 1024 * 1024 * 1024)
+        .unwrap();
+    let data_before = edges(&data);
+    let mut vm = Vm::boot("vmi", "10.90.0", &kernel, &initramfs, &[&data, &blank]);
+    let (ns, ip) = (&vm.ns, vm.ip.clone());
+    assert!(vm.qemu.running(), "qemu exited: {}", vm.qemu.log());
+    wait_for("the maintenance API", Duration::from_secs(120), || {
+        talosctl_in(ns, &["get", "machinestatus", "--insecure", "-n", &ip]).ok()
+    });
+
+    // A configuration whose install disk is the one with data.
+    let out = dir.path().join("config");
+    let gen = Command::new(node_tests::talosctl_bin())
+        .args(["gen", "config", "demo", &format!("https://{ip}:6443")])
+        .args(["--install-disk", "/dev/vda"])
+        .args([
+            "--config-patch",
+            r#"{"machine": {"network": {"interfaces": [{"interface": "eth0", "dhcp": true}]}}}"#,
+        ])
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(gen.status.success(), "{gen:?}");
+    let cp = out.join("controlplane.yaml").to_string_lossy().into_owned();
+    let tc = out.join("talosconfig").to_string_lossy().into_owned();
+    talosctl_in(ns, &["apply-config", "--insecure", "-n", &ip, "-f", &cp]).unwrap();
+    let node = |args: &[&str]| {
+        let mut all = vec![
+            "--talosconfig",
+            tc.as_str(),
+            "-e",
+            ip.as_str(),
+            "-n",
+            ip.as_str(),
+        ];
+        all.extend_from_slice(args);
+        talosctl_in(ns, &all)
+    };
+    // blkid finds the MBR: the disk is passed over, said why, and the blank disk the
+    // configuration does not name is not taken either.
+    let said = wait_for("why vda is passed over", Duration::from_secs(180), || {
+        let out = node(&["get", "volumestatuses", "-o", "json"]).ok()?;
+        let st = specs_by_id(out.as_bytes());
+        let m = st.get("STATE")?["errorMessage"].as_str()?.to_string();
+        m.contains("a partition table (dos)").then_some(m)
+    });
+    assert!(
+        said.contains("/dev/vda") && said.contains("machine.install.disk"),
+        "{said}"
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        edges(&data) == data_before,
+        "the disk with data was written"
+    );
+    assert!(
+        edges(&blank).iter().all(|&b| b == 0),
+        "a disk the configuration does not name was written"
+    );
+
+    // The configuration names vdb: it is asked about, found blank, laid out and mounted.
+    node(&[
+        "patch",
+        "machineconfig",
+        "-p",
+        r#"{"machine": {"install": {"disk": "/dev/vdb"}}}"#,
+    ])
+    .unwrap();
+    wait_for(
+        "STATE and EPHEMERAL on vdb",
+        Duration::from_secs(240),
+        || {
+            let out = node(&["get", "mountstatuses", "-o", "json"]).ok()?;
+            let m = specs_by_id(out.as_bytes());
+            (m.get("STATE")?["source"] == "/dev/vdb1"
+                && m.get("EPHEMERAL")?["source"] == "/dev/vdb2")
+                .then_some(())
+        },
+    );
+    let table = sfdisk_json(&blank);
+    let names: Vec<&str> = table["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["STATE", "EPHEMERAL"]);
+    assert!(
+        edges(&data) == data_before,
+        "the disk with data was written"
+    );
+    // upstream's `disks`: vdb is the system disk.
+    let disks = node(&["disks"]).unwrap();
+    let vdb = disks
+        .lines()
+        .find(|l| l.contains("/dev/vdb"))
+        .unwrap_or_else(|| panic!("{disks}"));
+    assert!(vdb.trim_end().ends_with('*'), "{disks}");
+    assert!(
+        !disks
+            .lines()
+            .find(|l| l.contains("/dev/vda"))
+            .unwrap()
+            .trim_end()
+            .ends_with('*'),
+        "{disks}"
+    );
+    // STATE is located without blockd reading it (its device is init's once mounted).
+    let volumes = wait_for("vdb's volumes discovered", Duration::from_secs(60), || {
+        let v = specs_by_id(
+            node(&["get", "discoveredvolumes", "-o", "json"])
+                .ok()?
+                .as_bytes(),
+        );
+        (v.contains_key("vdb1") && v.contains_key("vdb2")).then_some(v)
+    });
+    assert_eq!(volumes["vdb1"]["partitionLabel"], "STATE", "{volumes:?}");
+    assert_eq!(volumes["vdb1"]["name"], "xfs", "{volumes:?}");
+    assert_eq!(
+        volumes["vdb1"]["uuid"].as_str().unwrap_or_default(),
+        "",
+        "{volumes:?}"
+    );
 }
