@@ -189,7 +189,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     // The maintenance API answers (no configuration yet): a VM, in maintenance.
     let status = wait_for("the maintenance API", Duration::from_secs(120), || {
         talosctl_in(
-            &ns,
+            ns,
             &[
                 "get",
                 "machinestatus",
@@ -208,7 +208,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     // The boot modules and their dependencies are loaded (the loaded list is read again
     // shortly after they load).
     let modules = wait_for("the loaded modules", Duration::from_secs(60), || {
-        let out = talosctl_in(&ns, &["get", "modules", "--insecure", "-n", &ip]).ok()?;
+        let out = talosctl_in(ns, &["get", "modules", "--insecure", "-n", &ip]).ok()?;
         [
             "virtio_net",
             "virtio_pci",
@@ -223,11 +223,11 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         .then_some(out)
     });
     assert!(modules.contains("Live"), "{modules}");
-    let specs = talosctl_in(&ns, &["get", "kernelmodulespecs", "--insecure", "-n", &ip]).unwrap();
+    let specs = talosctl_in(ns, &["get", "kernelmodulespecs", "--insecure", "-n", &ip]).unwrap();
     assert!(specs.contains("virtio_net"), "{specs}");
 
     // eth0 is the virtio NIC, up with its lease; the modules made no links of their own.
-    let links = talosctl_in(&ns, &["get", "links", "--insecure", "-n", &ip]).unwrap();
+    let links = talosctl_in(ns, &["get", "links", "--insecure", "-n", &ip]).unwrap();
     let eth0 = links
         .lines()
         .find(|l| l.split_whitespace().nth(3) == Some("eth0"))
@@ -238,7 +238,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         "bonding/dummy made links of their own: {links}"
     );
     let addresses = wait_for("the leased address", Duration::from_secs(30), || {
-        let out = talosctl_in(&ns, &["get", "addresses", "--insecure", "-n", &ip]).ok()?;
+        let out = talosctl_in(ns, &["get", "addresses", "--insecure", "-n", &ip]).ok()?;
         out.contains(&format!("eth0/{ip}/24")).then_some(out)
     });
     assert!(addresses.contains(&ip), "{addresses}");
@@ -248,7 +248,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         "init's \"kernel module loaded\"",
         Duration::from_secs(30),
         || {
-            std::fs::read_to_string(&console)
+            std::fs::read_to_string(console)
                 .unwrap_or_default()
                 .contains("kernel module loaded")
                 .then_some(())
@@ -258,7 +258,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     // blockd: the virtio disk, and what is on it, probed in the VM (through the group init
     // gave the device nodes).
     let disks = wait_for("the disk", Duration::from_secs(60), || {
-        let out = talosctl_in(&ns, &["get", "disks", "--insecure", "-n", &ip]).ok()?;
+        let out = talosctl_in(ns, &["get", "disks", "--insecure", "-n", &ip]).ok()?;
         out.lines()
             .any(|l| l.split_whitespace().nth(3) == Some("vda"))
             .then_some(out)
@@ -268,7 +268,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
         "{disks}"
     );
     // Upstream's `disks` (storage.Disks), in maintenance as upstream's `disks --insecure`.
-    let old = talosctl_in(&ns, &["disks", "--insecure", "-n", &ip]).unwrap();
+    let old = talosctl_in(ns, &["disks", "--insecure", "-n", &ip]).unwrap();
     let vda = old
         .lines()
         .find(|l| l.split_whitespace().nth(1) == Some("/dev/vda"))
@@ -279,7 +279,7 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     );
     // `get KIND --insecure -o json` of the maintenance node, by ID, once it lists `n`.
     let listed = |kind: &str, n: usize| {
-        let out = talosctl_in(&ns, &["get", kind, "--insecure", "-n", &ip, "-o", "json"]).ok()?;
+        let out = talosctl_in(ns, &["get", kind, "--insecure", "-n", &ip, "-o", "json"]).ok()?;
         let v = specs_by_id(out.as_bytes());
         (v.len() == n).then_some(v)
     };
