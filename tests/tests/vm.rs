@@ -28,6 +28,25 @@ fn vm_image() -> Option<(PathBuf, PathBuf)> {
     (kernel.is_file() && initramfs.is_file()).then_some((kernel, initramfs))
 }
 
+/// What a VM test needs (root, qemu, the image built): the kernel and the initramfs, or `None`
+/// once said why not (a skip, which fails under `CI=true`).
+fn vm_prerequisites() -> Option<(PathBuf, PathBuf)> {
+    if !testkit::require_root("it makes network namespaces, taps and runs qemu")
+        || !testkit::require_program("qemu-system-x86_64", "apt-get install qemu-system-x86")
+        || !testkit::require_program("sfdisk", "apt-get install fdisk")
+    {
+        return None;
+    }
+    let image = vm_image();
+    if image.is_none() {
+        testkit::skip(
+            "no VM image in target/rootfs (run rootfs/kernel.sh && rootfs/build.sh, as \
+             scripts/test.sh does)",
+        );
+    }
+    image
+}
+
 /// `talosctl ARGS` run in `ns`; its stdout, or a panic with its output.
 fn talosctl_in(ns: &Netns, args: &[&str]) -> Result<String, String> {
     let out = Command::new("ip")
@@ -162,17 +181,7 @@ impl Vm {
 
 #[test]
 fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
-    if !testkit::require_root("it makes a network namespace, a tap and runs qemu") {
-        return;
-    }
-    if !testkit::require_program("qemu-system-x86_64", "apt-get install qemu-system-x86") {
-        return;
-    }
-    let Some((kernel, initramfs)) = vm_image() else {
-        testkit::skip(
-            "no VM image in target/rootfs (run rootfs/kernel.sh && rootfs/build.sh, as \
-             scripts/test.sh does)",
-        );
+    let Some((kernel, initramfs)) = vm_prerequisites() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -491,17 +500,7 @@ fn links_converged(cluster: &node_tests::Cluster) -> Option<()> {
 
 #[test]
 fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing() {
-    if !testkit::require_root("it makes network namespaces, taps and runs qemu") {
-        return;
-    }
-    if !testkit::require_program("qemu-system-x86_64", "apt-get install qemu-system-x86") {
-        return;
-    }
-    let Some((kernel, initramfs)) = vm_image() else {
-        testkit::skip(
-            "no VM image in target/rootfs (run rootfs/kernel.sh && rootfs/build.sh, as \
-             scripts/test.sh does)",
-        );
+    let Some((kernel, initramfs)) = vm_prerequisites() else {
         return;
     };
     let before = node_tests::HostSnapshot::take();
@@ -912,19 +911,7 @@ fn edges(path: &Path) -> Vec<u8> {
 
 #[test]
 fn a_vm_writes_only_its_install_disk_and_never_one_that_holds_data() {
-    if !testkit::require_root("it makes a network namespace, a tap and runs qemu") {
-        return;
-    }
-    if !testkit::require_program("qemu-system-x86_64", "apt-get install qemu-system-x86")
-        || !testkit::require_program("sfdisk", "apt-get install fdisk")
-    {
-        return;
-    }
-    let Some((kernel, initramfs)) = vm_image() else {
-        testkit::skip(
-            "no VM image in target/rootfs (run rootfs/kernel.sh && rootfs/build.sh, as \
-             scripts/test.sh does)",
-        );
+    let Some((kernel, initramfs)) = vm_prerequisites() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
