@@ -1036,7 +1036,8 @@ fn a_vm_writes_only_its_install_disk_and_never_one_that_holds_data() {
                 .ok()?
                 .as_bytes(),
         );
-        (v.contains_key("vdb1") && v.contains_key("vdb2")).then_some(v)
+        // Discovery catches up with the formats and the mounts within its resync.
+        (v.get("vdb1")?["name"] == "xfs" && v.get("vdb2")?["name"] == "xfs").then_some(v)
     });
     assert_eq!(volumes["vdb1"]["partitionLabel"], "STATE", "{volumes:?}");
     assert_eq!(volumes["vdb1"]["name"], "xfs", "{volumes:?}");
