@@ -342,15 +342,12 @@ fn a_vm_node_boots_loads_its_modules_and_leases_its_address() {
     );
 }
 
-/// A 1 GiB disk image: a GPT (sfdisk) with STATE (400 MiB from 1 MiB, xfs made by mkfs.xfs)
-/// and EPHEMERAL (the rest, blank).
-fn make_disk(path: &Path) {
-    std::fs::File::create(path)
-        .unwrap()
-        .set_len(1024 * 1024 * 1024)
-        .unwrap();
+/// A sparse image of `size` bytes with a partition table of `label` (`gpt`, `dos`) that
+/// sfdisk writes from `script`.
+fn partitioned_image(path: &Path, size: u64, label: &str, script: &str) {
+    std::fs::File::create(path).unwrap().set_len(size).unwrap();
     let mut sfdisk = Command::new("sfdisk")
-        .args(["-q", "--label", "gpt"])
+        .args(["-q", "--label", label])
         .arg(path)
         .stdin(Stdio::piped())
         .spawn()
@@ -360,9 +357,20 @@ fn make_disk(path: &Path) {
         .stdin
         .take()
         .unwrap()
-        .write_all(b"start=2048, size=400MiB, name=STATE\nname=EPHEMERAL\n")
+        .write_all(script.as_bytes())
         .unwrap();
     assert!(sfdisk.wait().unwrap().success());
+}
+
+/// A 1 GiB disk image: a GPT (sfdisk) with STATE (400 MiB from 1 MiB, xfs made by mkfs.xfs)
+/// and EPHEMERAL (the rest, blank).
+fn make_disk(path: &Path) {
+    partitioned_image(
+        path,
+        1024 * 1024 * 1024,
+        "gpt",
+        "start=2048, size=400MiB, name=STATE\nname=EPHEMERAL\n",
+    );
     let fs = path.with_extension("state");
     std::fs::File::create(&fs)
         .unwrap()
@@ -874,21 +882,8 @@ fn a_qemu_cluster_boots_converges_vlan_bond_and_dummy_reboots_and_leaves_nothing
 
 /// A disk image of `size` bytes holding an MBR (one partition from 1 MiB) and data in it.
 fn make_mbr_disk(path: &Path, size: u64) {
-    std::fs::File::create(path).unwrap().set_len(size).unwrap();
-    let mut sfdisk = Command::new("sfdisk")
-        .args(["-q", "--label", "dos"])
-        .arg(path)
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
+    partitioned_image(path, size, "dos", "start=2048, type=83\n");
     use std::io::{Seek as _, Write as _};
-    sfdisk
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"start=2048, type=83\n")
-        .unwrap();
-    assert!(sfdisk.wait().unwrap().success());
     let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.seek(std::io::SeekFrom::Start(5 * 1024 * 1024)).unwrap();
     f.write_all(&[0xA5; 64 * 1024]).unwrap();
